@@ -1,0 +1,162 @@
+"""How a user's system runs: a function (candidate, example, ctx) -> output, and the metric that judges it.
+
+A program makes its LM calls through `ctx.lm(component, ...)`, which uses that component's current text as
+the system prompt and records a trace entry, so reflection on component C can be shown only C's calls.
+In an async program write `await ctx.lm(...)`; in a plain (sync) program `ctx.lm(...)` returns the text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gepetto.lm.base import LM, Completion, LMError, Message
+from gepetto.types import Candidate, Example, Score
+
+Program = Callable[[Candidate, Example, "Context"], Any]  # may be sync or async
+Metric = Callable[[Example, Any, "list[TraceEntry]"], "Score | float | Awaitable[Score | float]"]
+
+
+@dataclass
+class TraceEntry:
+    """One LM call made by a program: which component, what it was given, what it answered."""
+
+    component: str
+    inputs: str  # the non-system messages, rendered as text
+    output: str
+    finish_reason: str = "stop"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"component": self.component, "inputs": self.inputs, "output": self.output,
+                "finish_reason": self.finish_reason}
+
+
+def render_messages(messages: Sequence[Message]) -> str:
+    if len(messages) == 1:
+        return messages[0].get("content", "")
+    return "\n".join(f"[{m.get('role', 'user')}] {m.get('content', '')}" for m in messages)
+
+
+@dataclass
+class Context:
+    """Given to a program on each run: the candidate's texts, the task LM and the trace being recorded."""
+
+    candidate: Candidate
+    task_lm: LM
+    lm_params: Mapping[str, Any] = field(default_factory=dict)
+    trace: list[TraceEntry] = field(default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def lm(self, component: str, user: str | Sequence[Message], **params: Any) -> Any:
+        """Call the task LM with `component`'s text as system prompt; records a trace entry.
+
+        `user` is the user message text, or a list of non-system messages. Returns an awaitable of the
+        answer text inside the event loop (async programs), and the text itself from a sync program.
+        """
+        coro = self._call(component, user, params)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None:
+            return coro
+        if self._loop is None:
+            coro.close()
+            raise RuntimeError("ctx.lm called outside a gepetto run")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    async def _call(self, component: str, user: str | Sequence[Message], params: Mapping[str, Any]) -> str:
+        if component not in self.candidate:
+            raise KeyError(f"program asked for component {component!r}; candidate has {list(self.candidate)}")
+        rest: list[Message] = [{"role": "user", "content": user}] if isinstance(user, str) else list(user)
+        messages: list[Message] = [{"role": "system", "content": self.candidate[component]}, *rest]
+        out: Completion = await self.task_lm.complete(messages, **{**self.lm_params, **params})
+        self.trace.append(TraceEntry(component, render_messages(rest), out.text, out.finish_reason))
+        if out.finish_reason == "error":
+            raise LMError(out.text or "the LM returned an error")
+        return out.text
+
+
+@dataclass
+class Rollout:
+    """One program run on one example, judged by the metric."""
+
+    example_id: str
+    score: Score
+    output: Any = None
+    trace: list[TraceEntry] = field(default_factory=list)
+    error: str | None = None
+
+
+async def run_rollout(
+    program: Program,
+    metric: Metric,
+    candidate: Candidate,
+    example: Example,
+    task_lm: LM,
+    lm_params: Mapping[str, Any] | None = None,
+) -> Rollout:
+    """Run the program and the metric; an exception in either becomes score 0 with the error as feedback."""
+    ctx = Context(candidate, task_lm, dict(lm_params or {}), _loop=asyncio.get_running_loop())
+    stage = "program"
+    try:
+        if inspect.iscoroutinefunction(program) or inspect.iscoroutinefunction(
+            getattr(program, "__call__", None)
+        ):
+            output = await program(candidate, example, ctx)
+        else:
+            # sync programs run in a worker thread so their ctx.lm calls can wait on the event loop
+            output = await asyncio.to_thread(_run_sync, program, candidate, example, ctx)
+            if inspect.isawaitable(output):
+                output = await output
+        stage = "metric"
+        result = metric(example, output, ctx.trace)
+        if inspect.isawaitable(result):
+            result = await result
+        return Rollout(example.id, Score.coerce(result), output, ctx.trace)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a failed rollout, not a failed run
+        msg = f"{type(exc).__name__}: {exc}"
+        feedback = f"The {stage} raised an error on this example, so it scored 0. Error: {msg}"
+        return Rollout(example.id, Score(0.0, feedback), None, ctx.trace, error=msg)
+
+
+def _run_sync(program: Program, candidate: Candidate, example: Example, ctx: Context) -> Any:
+    threading.current_thread().name = f"gepetto-program-{example.id}"
+    return program(candidate, example, ctx)
+
+
+def format_inputs(inputs: Mapping[str, Any]) -> str:
+    """Render an example's inputs as the user message: the value alone if there is one, else `key: value`."""
+    if len(inputs) == 1:
+        return str(next(iter(inputs.values())))
+    return "\n".join(f"{k}: {v}" for k, v in inputs.items())
+
+
+def single_instruction(component: str = "instruction", **lm_params: Any) -> Program:
+    """The one-instruction program: system prompt = the component, user message = the example's input."""
+
+    async def program(candidate: Candidate, example: Example, ctx: Context) -> str:
+        return await ctx.lm(component, format_inputs(example.inputs), **lm_params)
+
+    program.__name__ = f"single_instruction[{component}]"
+    return program
+
+
+@dataclass
+class Task:
+    """A ready optimisation problem: program, metric, seed candidate and data splits."""
+
+    name: str
+    program: Program
+    metric: Metric
+    seed_candidate: Candidate
+    trainset: list[Example]
+    valset: list[Example]
+    testset: list[Example] = field(default_factory=list)
+    description: str = ""

@@ -1,0 +1,118 @@
+"""Core value types: what a candidate, an example and a score are."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _stable_hash(obj: Any, length: int = 12) -> str:
+    """Short sha256 of a JSON rendering with sorted keys (stable across runs and machines)."""
+    blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
+
+
+class Candidate(Mapping[str, str]):
+    """An immutable mapping component name -> text; two candidates with the same texts are equal."""
+
+    __slots__ = ("_id", "_texts")
+
+    def __init__(self, texts: Mapping[str, str] | None = None, /, **kwargs: str) -> None:
+        merged = dict(texts or {}, **kwargs)
+        if not merged:
+            raise ValueError("a Candidate needs at least one component (name -> text)")
+        for name, text in merged.items():
+            if not isinstance(name, str) or not isinstance(text, str):
+                raise TypeError(f"Candidate components must be str -> str, got {name!r}: {type(text).__name__}")
+        self._texts = dict(sorted(merged.items()))
+        self._id = _stable_hash(self._texts)
+
+    @property
+    def id(self) -> str:
+        """Content hash (12 hex digits): equal texts give equal ids."""
+        return self._id
+
+    def replace(self, component: str, text: str) -> Candidate:
+        """A new candidate with one component's text replaced."""
+        if component not in self._texts:
+            raise KeyError(f"unknown component {component!r}; components: {list(self._texts)}")
+        return Candidate({**self._texts, component: text})
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self._texts)
+
+    def __getitem__(self, key: str) -> str:
+        return self._texts[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._texts)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Candidate):
+            return self._id == other._id
+        if isinstance(other, Mapping):
+            return self._texts == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Candidate({self._texts!r})"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One task instance: the program's inputs, the gold answer and free metadata, with a stable id."""
+
+    inputs: Mapping[str, Any]
+    gold: Any = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.inputs, Mapping):
+            object.__setattr__(self, "inputs", {"input": self.inputs})
+        if not self.id:
+            object.__setattr__(self, "id", _stable_hash({"inputs": dict(self.inputs), "gold": self.gold}))
+
+    def __getitem__(self, key: str) -> Any:
+        return self.inputs[key]
+
+
+@dataclass(frozen=True)
+class Score:
+    """A metric's verdict on one rollout: value in [0, 1], feedback in words, optional named objectives."""
+
+    value: float
+    feedback: str = ""
+    objectives: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        v = float(self.value)
+        if math.isnan(v) or not 0.0 <= v <= 1.0:
+            raise ValueError(f"Score.value must be in [0, 1], got {self.value!r}")
+        object.__setattr__(self, "value", v)
+
+    @classmethod
+    def coerce(cls, result: Score | float | int | bool) -> Score:
+        """Accept a bare number from a metric and give it an automatic feedback line."""
+        if isinstance(result, Score):
+            return result
+        if isinstance(result, (int, float)):
+            v = float(result)
+            if v >= 1.0:
+                note = "The output is correct."
+            elif v <= 0.0:
+                note = "The output is wrong (score 0)."
+            else:
+                note = f"The output is partly right (score {v:.2f})."
+            return cls(v, note)
+        raise TypeError(f"a metric must return a Score or a number in [0, 1], got {type(result).__name__}")
