@@ -104,9 +104,7 @@ async def run_rollout(
     ctx = Context(candidate, task_lm, dict(lm_params or {}), _loop=asyncio.get_running_loop())
     stage = "program"
     try:
-        if inspect.iscoroutinefunction(program) or inspect.iscoroutinefunction(
-            getattr(program, "__call__", None)
-        ):
+        if _is_async(program):
             output = await program(candidate, example, ctx)
         else:
             # sync programs run in a worker thread so their ctx.lm calls can wait on the event loop
@@ -124,6 +122,10 @@ async def run_rollout(
         msg = f"{type(exc).__name__}: {exc}"
         feedback = f"The {stage} raised an error on this example, so it scored 0. Error: {msg}"
         return Rollout(example.id, Score(0.0, feedback), None, ctx.trace, error=msg)
+
+
+def _is_async(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 def _run_sync(program: Program, candidate: Candidate, example: Example, ctx: Context) -> Any:

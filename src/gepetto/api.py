@@ -1,0 +1,108 @@
+"""The public entry point: `optimize()` (and its async twin) over a program, a metric and examples."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gepetto.engine.loop import Engine, EngineConfig, EventHandler, Result, RolloutStore
+from gepetto.ledger import Ledger
+from gepetto.lm.base import LM
+from gepetto.program import Metric, Program, single_instruction
+from gepetto.types import Candidate, Example
+
+
+def resolve_lm(lm: LM | str) -> LM:
+    """An LM object as is, or one built from a name such as `local:qwen2.5-coder-0.5b`."""
+    if isinstance(lm, str):
+        from gepetto.lm.names import make_lm
+
+        return make_lm(lm)
+    return lm
+
+
+def _as_examples(data: Sequence[Example | Mapping[str, Any]] | None) -> list[Example]:
+    out = []
+    for item in data or []:
+        if isinstance(item, Example):
+            out.append(item)
+        elif isinstance(item, Mapping):
+            item = dict(item)
+            gold = item.pop("gold", item.pop("answer", None))
+            out.append(Example(inputs=item, gold=gold))
+        else:
+            raise TypeError(f"examples must be gepetto.Example or dicts, got {type(item).__name__}")
+    return out
+
+
+def build_engine(
+    seed_candidate: Candidate | Mapping[str, str] | str,
+    trainset: Sequence[Example | Mapping[str, Any]],
+    metric: Metric,
+    *,
+    valset: Sequence[Example | Mapping[str, Any]] | None = None,
+    program: Program | None = None,
+    task_lm: LM | str = "local:qwen2.5-coder-0.5b",
+    reflection_lm: LM | str = "local:qwen2.5-coder-1.5b",
+    on_event: EventHandler | None = None,
+    rollout_store: RolloutStore | None = None,
+    ledger: Ledger | None = None,
+    **config: Any,
+) -> Engine:
+    """The engine `optimize` would run, for callers that want to drive or observe it themselves."""
+    if isinstance(seed_candidate, str):
+        seed_candidate = {"instruction": seed_candidate}
+    seed = seed_candidate if isinstance(seed_candidate, Candidate) else Candidate(seed_candidate)
+    if program is None:
+        if len(seed) != 1:
+            raise ValueError("a candidate with several components needs a program that uses them")
+        program = single_instruction(next(iter(seed)))
+    train = _as_examples(trainset)
+    val = _as_examples(valset) if valset is not None else train
+    unknown = set(config) - set(EngineConfig.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"unknown option(s) {sorted(unknown)}; options: {sorted(EngineConfig.__dataclass_fields__)}")
+    return Engine(program, metric, seed, train, val, resolve_lm(task_lm), resolve_lm(reflection_lm),
+                  EngineConfig(**config), on_event=on_event, rollout_store=rollout_store, ledger=ledger)
+
+
+async def optimize_async(*args: Any, **kwargs: Any) -> Result:
+    """Async `optimize`: same arguments, for callers already inside an event loop."""
+    return await build_engine(*args, **kwargs).run()
+
+
+def optimize(
+    seed_candidate: Candidate | Mapping[str, str] | str,
+    trainset: Sequence[Example | Mapping[str, Any]],
+    metric: Metric,
+    **kwargs: Any,
+) -> Result:
+    """Evolve the seed candidate's texts to score better under `metric`, within `budget` rollouts.
+
+    `program(candidate, example, ctx)` runs the user's system (default: the seed's one instruction as the
+    system prompt, the example's input as the user message). Other keywords: valset, task_lm,
+    reflection_lm, on_event, and the EngineConfig options (budget, seed, minibatch_size, max_concurrency,
+    use_merge, time_limit, patience, target_score, stop_file, ...). Ctrl-C returns the best so far.
+    """
+    engine = build_engine(seed_candidate, trainset, metric, **kwargs)
+    return run_engine(engine)
+
+
+def run_engine(engine: Engine) -> Result:
+    """Run an engine to the end in a fresh event loop; the first Ctrl-C stops it gracefully."""
+
+    async def main() -> Result:
+        loop = asyncio.get_running_loop()
+        handled = threading.current_thread() is threading.main_thread()
+        if handled:
+            loop.add_signal_handler(signal.SIGINT, engine.request_stop, "interrupted (Ctrl-C)")
+        try:
+            return await engine.run()
+        finally:
+            if handled:
+                loop.remove_signal_handler(signal.SIGINT)
+
+    return asyncio.run(main())

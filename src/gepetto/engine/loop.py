@@ -1,0 +1,411 @@
+"""The GEPA loop: select a parent on the Pareto front, reflect on one component, test the child on a
+minibatch, validate it if it is better, merge lineages now and then; all within a budget of rollouts.
+
+Every decision derives from the seed and what was paid for (rollouts, reflection answers), so a run that is
+replayed over its stored rollouts and LM answers takes exactly the same path (that is how resume works).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from gepetto.engine.merge import find_merge
+from gepetto.engine.reflect import ReflectionExample, build_prompt, reflective_examples, vet
+from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
+from gepetto.ledger import Ledger
+from gepetto.lm.base import LM, MeteredLM
+from gepetto.program import Metric, Program, Rollout, run_rollout
+from gepetto.types import Candidate, Example
+
+EventHandler = Callable[[str, dict[str, Any]], None]
+
+
+class RolloutStore(Protocol):
+    """Where finished rollouts are kept beyond the process (the run store); looked up before paying again."""
+
+    def get(self, candidate_id: str, example_id: str) -> Rollout | None: ...
+
+    def put(self, candidate: Candidate, example_id: str, rollout: Rollout) -> None: ...
+
+
+@dataclass
+class EngineConfig:
+    """Knobs of the loop. Defaults follow the paper where it says, and what works with small LMs otherwise."""
+
+    budget: int = 200
+    minibatch_size: int = 3
+    seed: int = 0
+    max_concurrency: int = 8
+    accept: Literal["strict", "non_decreasing"] = "strict"
+    use_merge: bool = True
+    max_merges: int = 5
+    perfect_score: float = 1.0
+    components: Sequence[str] | None = None  # which components to evolve; None = all
+    reflection_attempts: int = 3
+    reflection_temperatures: Sequence[float] = (0.0, 0.7, 1.0)
+    reflection_max_tokens: int = 1024
+    reflection_chars: int = 6000
+    task_lm_params: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.0})
+    time_limit: float | None = None  # seconds
+    patience: int | None = None  # stop after this many iterations without a better best
+    target_score: float | None = None
+    stop_file: str | None = None
+    max_idle_iterations: int = 10  # stop when this many iterations in a row spend no rollout
+
+
+@dataclass
+class Result:
+    """What a run produced: the best candidate, the whole pool with lineage and scores, and the costs."""
+
+    best_candidate: Candidate
+    best_score: float
+    seed_score: float
+    candidates: list[CandidateRecord]
+    pareto_front: list[int]
+    rollouts_used: int
+    budget: int
+    ledger: Ledger
+    stop_reason: str
+    iterations: int
+    proposals: dict[str, int]
+    history: list[tuple[int, float]]
+    wall_seconds: float
+
+    @property
+    def best_index(self) -> int:
+        return max(range(len(self.candidates)), key=lambda i: (self.candidates[i].mean, -i), default=0)
+
+    def summary(self) -> str:
+        t = self.ledger.total()
+        return (
+            f"validation score {self.seed_score:.3f} (seed) -> {self.best_score:.3f} (best, candidate "
+            f"{self.best_index}); {len(self.candidates)} candidates, front {len(self.pareto_front)}; "
+            f"{self.rollouts_used}/{self.budget} rollouts; {self.iterations} iterations; "
+            f"{t.calls} LM calls, {t.input_tokens}+{t.output_tokens} tokens; {self.wall_seconds:.1f}s; "
+            f"stopped: {self.stop_reason}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "best_candidate": self.best_candidate.to_dict(), "best_score": self.best_score,
+            "seed_score": self.seed_score, "candidates": [c.to_dict() for c in self.candidates],
+            "pareto_front": self.pareto_front, "rollouts_used": self.rollouts_used, "budget": self.budget,
+            "ledger": self.ledger.to_dict(), "stop_reason": self.stop_reason, "iterations": self.iterations,
+            "proposals": self.proposals, "history": self.history, "wall_seconds": self.wall_seconds,
+        }
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
+class Engine:
+    """Runs one optimisation. Construct, then `await engine.run()`; `request_stop()` ends it gracefully."""
+
+    def __init__(
+        self,
+        program: Program,
+        metric: Metric,
+        seed_candidate: Candidate,
+        trainset: Sequence[Example],
+        valset: Sequence[Example],
+        task_lm: LM,
+        reflection_lm: LM,
+        config: EngineConfig | None = None,
+        *,
+        on_event: EventHandler | None = None,
+        rollout_store: RolloutStore | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
+        self.config = cfg = config or EngineConfig()
+        _check_inputs(seed_candidate, trainset, valset, cfg)
+        self.program, self.metric, self.seed = program, metric, seed_candidate
+        self.trainset, self.valset = list(trainset), list(valset)
+        self.components = list(cfg.components or seed_candidate.keys())
+        self.state = RunState([e.id for e in valset], cfg.budget, ledger=ledger or Ledger())
+        self.task_lm = MeteredLM(task_lm, self.state.ledger, "task")
+        self.reflection_lm = MeteredLM(reflection_lm, self.state.ledger, "reflection")
+        self.on_event = on_event or (lambda kind, data: None)
+        self.rollout_store = rollout_store
+        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size)
+        self._stop_reason: str | None = None
+        self._current: asyncio.Future | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._tried: set[str] = set()  # ids of every child ever proposed (never pay twice for one text)
+        self._idle = 0
+        self._since_improvement = 0
+
+    # ---- public control -------------------------------------------------------------------------
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """End the run after cancelling the step in flight; finished rollouts stay paid and recorded."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        if self._current is not None and not self._current.done():
+            self._current.cancel()
+
+    async def run(self) -> Result:
+        cfg, st = self.config, self.state
+        t0 = time.monotonic()
+        self._sem = asyncio.Semaphore(cfg.max_concurrency)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(cfg.time_limit, self.request_stop, "time limit") if cfg.time_limit else None
+        self.on_event("plan", {"plan": self.plan, "text": self.plan.describe()})
+        try:
+            await self._guarded(self._add_candidate(self.seed, (), "seed", None))
+            while self._stop_reason is None:
+                reason = self._check_stop()
+                if reason:
+                    self._stop_reason = reason
+                    break
+                st.iteration += 1
+                rng = random.Random(f"{cfg.seed}:{st.iteration}")
+                before = st.rollouts_used
+                best_before = st.best().mean
+                merging = cfg.use_merge and st.merges_due > 0 and st.merges_done < cfg.max_merges
+                step = self._merge_step(rng) if merging else self._reflective_step(rng)
+                await self._guarded(step)
+                self._idle = 0 if st.rollouts_used > before else self._idle + 1
+                self._since_improvement = 0 if st.best().mean > best_before else self._since_improvement + 1
+                self.on_event("iteration", self._progress())
+        finally:
+            if timer:
+                timer.cancel()
+        result = self._result(self._stop_reason or "done", time.monotonic() - t0)
+        self.on_event("done", {"result": result})
+        return result
+
+    # ---- steps --------------------------------------------------------------------------------
+    async def _guarded(self, coro: Any) -> None:
+        """Run one step as a cancellable task; a stop request cancels it and ends the run."""
+        self._current = asyncio.ensure_future(coro)
+        try:
+            await self._current
+        except asyncio.CancelledError:
+            if self._stop_reason is None:
+                raise
+        except _OutOfBudget as exc:
+            self._stop_reason = str(exc)
+        finally:
+            self._current = None
+
+    async def _reflective_step(self, rng: random.Random) -> None:
+        cfg, st = self.config, self.state
+        parent_idx = st.archive.sample(rng)
+        parent = st.records[parent_idx].candidate
+        turn = st.next_component.get(parent_idx, 0)
+        st.next_component[parent_idx] = turn + 1
+        component = self.components[turn % len(self.components)]
+        batch = self._next_minibatch(parent)
+        unknown = sum(st.known(parent, e.id) is None for e in batch)
+        self._afford(unknown + len(batch) + len(self.valset), "next proposal")
+        self.on_event("phase", {"phase": "minibatch", "candidate": parent_idx, "component": component})
+        parent_runs = await self._evaluate(parent, batch)
+        if all(r.score.value >= cfg.perfect_score for r in parent_runs):
+            st.proposals["skipped: parent perfect on minibatch"] += 1
+            return
+        examples = reflective_examples(parent_runs, component)
+        if not examples:
+            st.proposals["skipped: component not called"] += 1
+            return
+        text = await self._propose(parent[component], examples)
+        if text is None:
+            return
+        child = parent.replace(component, text)
+        if child.id in self._tried:
+            st.proposals["rejected: already tried"] += 1
+            return
+        self._tried.add(child.id)
+        child_runs = await self._evaluate(child, batch)
+        before, after = sum(r.score.value for r in parent_runs), sum(r.score.value for r in child_runs)
+        accepted = after > before if cfg.accept == "strict" else after >= before
+        self.on_event("proposal", {"parent": parent_idx, "component": component, "text": text,
+                                   "minibatch_before": before, "minibatch_after": after, "accepted": accepted})
+        if not accepted:
+            st.proposals["rejected: not better on minibatch"] += 1
+            return
+        st.proposals["accepted"] += 1
+        await self._add_candidate(child, (parent_idx,), "reflection", component)
+        if cfg.use_merge:
+            st.merges_due += 1
+
+    async def _merge_step(self, rng: random.Random) -> None:
+        cfg, st = self.config, self.state
+        st.merges_due -= 1
+        means = [r.mean for r in st.records]
+        found = find_merge(st.archive.front, [r.candidate for r in st.records],
+                           [r.parents for r in st.records], means, st.merge_tried, rng)
+        if found is None:
+            return
+        i, j, child = found
+        if child.id in self._tried:
+            return
+        self._tried.add(child.id)
+        self._afford(len(self.valset), "next merge")
+        st.merges_done += 1
+        si, sj = st.records[i].val_scores, st.records[j].val_scores
+        # test on the validation examples where the two parents differ most (their scores are known)
+        order = sorted(self.valset, key=lambda e: (-abs(si[e.id] - sj[e.id]), rng.random()))
+        sub = order[: cfg.minibatch_size]
+        runs = await self._evaluate(child, sub)
+        got = sum(r.score.value for r in runs)
+        bar = max(sum(si[e.id] for e in sub), sum(sj[e.id] for e in sub))
+        accepted = got >= bar
+        self.on_event("merge", {"parents": (i, j), "subsample_score": got, "bar": bar, "accepted": accepted})
+        st.proposals["merge accepted" if accepted else "merge rejected"] += 1
+        if accepted:
+            await self._add_candidate(child, (i, j), "merge", None)
+
+    async def _propose(self, current: str, examples: list[ReflectionExample]) -> str | None:
+        """Ask the reflection LM for a new text; vet each answer and retry a bounded number of times."""
+        cfg, st = self.config, self.state
+        self.on_event("phase", {"phase": "reflection"})
+        messages = build_prompt(current, examples, max_chars=cfg.reflection_chars)
+        max_tokens = cfg.reflection_max_tokens
+        temps = list(cfg.reflection_temperatures) or [0.0]
+        for attempt in range(cfg.reflection_attempts):
+            params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": max_tokens,
+                      "seed": cfg.seed * 100_003 + st.iteration * 10 + attempt}
+            try:
+                out = await self.reflection_lm.complete(messages, **params)
+            except Exception as exc:  # a flaky reflection LM costs an attempt, not the run
+                st.proposals["reflection error"] += 1
+                self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
+                continue
+            proposal = vet(out.text, out.finish_reason, current, examples)
+            self.on_event("reflection", {"attempt": attempt, "rejected": proposal.rejected,
+                                         "text": proposal.text, "raw": out.text})
+            if not proposal.rejected:
+                return proposal.text
+            st.proposals[f"rejected: {proposal.rejected}"] += 1
+            if proposal.rejected == "truncated":
+                max_tokens *= 2
+        return None
+
+    # ---- evaluation and bookkeeping ------------------------------------------------------------
+    async def _evaluate(self, candidate: Candidate, examples: Sequence[Example]) -> list[Rollout]:
+        """Run `candidate` on `examples` concurrently; known rollouts are reused, each new one is paid once."""
+        st, store, sem = self.state, self.rollout_store, self._sem
+        assert sem is not None
+
+        async def one(ex: Example) -> Rollout:
+            key = (candidate.id, ex.id)
+            if key in st.rollouts:
+                return st.rollouts[key]
+            run = store.get(*key) if store is not None else None
+            if run is None:
+                async with sem:
+                    run = await run_rollout(self.program, self.metric, candidate, ex, self.task_lm,
+                                            self.config.task_lm_params)
+                if store is not None:
+                    store.put(candidate, ex.id, run)
+            st.rollouts[key] = run
+            st.rollouts_used += 1
+            self.on_event("rollout", {"candidate": candidate.id, "example": ex.id, "score": run.score.value,
+                                      "error": run.error, "used": st.rollouts_used, "budget": st.budget})
+            return run
+
+        return list(await asyncio.gather(*(one(e) for e in examples)))
+
+    async def _add_candidate(
+        self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None
+    ) -> None:
+        st = self.state
+        self._afford(sum(st.known(candidate, e.id) is None for e in self.valset), "validation")
+        self.on_event("phase", {"phase": "validation", "origin": origin})
+        runs = await self._evaluate(candidate, self.valset)
+        record = CandidateRecord(len(st.records), candidate, parents, origin, st.iteration, component,
+                                 {r.example_id: r.score.value for r in runs}, st.rollouts_used)
+        st.add_record(record)
+        self._tried.add(candidate.id)
+        self.on_event("candidate", {"record": record, "best": st.best().mean, "front": st.archive.front})
+
+    def _afford(self, cost: int, what: str) -> None:
+        if cost > self.state.remaining:
+            raise _OutOfBudget(f"budget: the {what} could cost {cost} rollouts, {self.state.remaining} left")
+
+    def _next_minibatch(self, parent: Candidate) -> list[Example]:
+        """The next examples of the epoch-shuffled training order, skipping ones the parent already solves."""
+        cfg, st = self.config, self.state
+        n, b = len(self.trainset), min(cfg.minibatch_size, len(self.trainset))
+        chosen: list[Example] = []
+        solved: list[Example] = []
+        for _ in range(n):
+            epoch, pos = divmod(st.train_cursor, n)
+            order = list(range(n))
+            random.Random(f"{cfg.seed}:epoch:{epoch}").shuffle(order)
+            ex = self.trainset[order[pos]]
+            st.train_cursor += 1
+            if any(ex.id == c.id for c in chosen):
+                continue
+            known = st.known(parent, ex.id)
+            if known is not None and known.score.value >= cfg.perfect_score:
+                solved.append(ex)
+                continue
+            chosen.append(ex)
+            if len(chosen) == b:
+                break
+        return (chosen + solved)[:b]
+
+    def _check_stop(self) -> str | None:
+        cfg, st = self.config, self.state
+        best = st.best().mean
+        if cfg.target_score is not None and best >= cfg.target_score:
+            return f"target score {cfg.target_score} reached"
+        if best >= cfg.perfect_score:
+            return "validation score is perfect"
+        if cfg.stop_file and Path(cfg.stop_file).exists():
+            return f"stop file {cfg.stop_file} found"
+        if cfg.patience is not None and self._since_improvement >= cfg.patience:
+            return f"no improvement for {cfg.patience} iterations"
+        if self._idle >= cfg.max_idle_iterations:
+            return f"stalled: {self._idle} iterations in a row found nothing worth a rollout"
+        if st.remaining < min(cfg.minibatch_size, len(self.trainset)):
+            return "budget spent"
+        return None
+
+    def _progress(self) -> dict[str, Any]:
+        st = self.state
+        return {"iteration": st.iteration, "used": st.rollouts_used, "budget": st.budget,
+                "best": st.best().mean if st.records else None, "front": len(st.archive.front),
+                "candidates": len(st.records)}
+
+    def _result(self, reason: str, seconds: float) -> Result:
+        st = self.state
+        if not st.records:  # stopped before the seed was validated
+            return Result(self.seed, float("nan"), float("nan"), [], [], st.rollouts_used, st.budget,
+                          st.ledger, reason, st.iteration, dict(st.proposals), [], seconds)
+        best = st.best()
+        return Result(best.candidate, best.mean, st.records[0].mean, list(st.records), st.archive.front,
+                      st.rollouts_used, st.budget, st.ledger, reason, st.iteration, dict(st.proposals),
+                      list(st.history), seconds)
+
+
+def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Example], cfg: EngineConfig) -> None:
+    """Errors a user can cause, said once and clearly, before anything is paid for."""
+    if not isinstance(seed, Candidate):
+        raise TypeError("seed_candidate must be a gepetto.Candidate (or a dict passed to optimize())")
+    if not train:
+        raise ValueError("trainset is empty: give at least one example")
+    if not val:
+        raise ValueError("valset is empty: give at least one example (or omit it to validate on the trainset)")
+    for name, data in (("trainset", train), ("valset", val)):
+        ids = [e.id for e in data]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{name} has duplicate example ids; every example needs a distinct id")
+    if cfg.components:
+        missing = [c for c in cfg.components if c not in seed]
+        if missing:
+            raise ValueError(f"components {missing} are not in the seed candidate ({list(seed)})")
+    if cfg.minibatch_size < 1 or cfg.max_concurrency < 1 or cfg.reflection_attempts < 1:
+        raise ValueError("minibatch_size, max_concurrency and reflection_attempts must be at least 1")
+    if cfg.budget < len(val):
+        raise ValueError(
+            f"budget {cfg.budget} is smaller than one validation pass ({len(val)} rollouts for the seed); "
+            f"raise the budget or use fewer validation examples"
+        )

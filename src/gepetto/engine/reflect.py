@@ -1,0 +1,182 @@
+"""Reflection: show the reflection LM one component's traces and feedback, parse and vet its proposal.
+
+Small reflection models fail in a few typical ways: they answer the examples instead of writing an
+instruction, talk to the user ("Certainly! Please provide..."), copy an example as the "new" instruction, or
+hand back the old text. Every proposal is vetted here, before a single rollout is spent on it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gepetto.lm.base import Message
+from gepetto.program import Rollout
+
+OPEN_TAG, CLOSE_TAG = "<new_instruction>", "</new_instruction>"
+
+SYSTEM_PROMPT = (
+    "You improve the instructions given to an AI assistant. You read the instruction it followed and "
+    "examples of its work with feedback, and you write a better instruction. You never answer the "
+    "examples yourself and you never talk to the user."
+)
+
+TASK_PROMPT = """\
+Your job: write a new, complete instruction for the assistant so that it does better on inputs like these.
+- Work out what the task really is from the examples and the feedback.
+- State every rule, required format and domain fact that the feedback reveals, in general terms: they must
+  help on new inputs, not only on these examples.
+- Keep what already works in the current instruction.
+- Address the assistant directly ("You ..."). Do not copy the examples, do not answer them.
+
+Write the new instruction between {open} and {close}, and nothing after {close}."""
+
+
+@dataclass(frozen=True)
+class ReflectionExample:
+    """What the reflection LM sees of one rollout, for one component."""
+
+    inputs: str
+    output: str
+    feedback: str
+    score: float
+
+
+@dataclass(frozen=True)
+class ReflectionProposal:
+    """A parsed answer of the reflection LM; `rejected` names why it is unusable, or is empty."""
+
+    text: str
+    rejected: str = ""
+    raw: str = ""
+
+
+def clip(text: str, limit: int) -> str:
+    """Shorten text to about `limit` characters, keeping its head and tail."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 40, 20)
+    head, tail = text[: keep * 2 // 3], text[-(keep // 3) :]
+    return f"{head}\n[... {len(text) - len(head) - len(tail)} characters cut ...]\n{tail}"
+
+
+def reflective_examples(rollouts: Sequence[Rollout], component: str) -> list[ReflectionExample]:
+    """One entry per rollout that called `component` (or failed before it could), most instructive first."""
+    out: list[ReflectionExample] = []
+    for r in rollouts:
+        calls = [t for t in r.trace if t.component == component]
+        if calls:
+            inputs = "\n---\n".join(t.inputs for t in calls)
+            output = "\n---\n".join(t.output for t in calls)
+        elif r.error:
+            inputs, output = "(the program failed before this component answered)", ""
+        else:
+            continue
+        out.append(ReflectionExample(inputs, output, r.score.feedback, r.score.value))
+    return sorted(out, key=lambda e: e.score)  # failures first: they carry the lessons
+
+
+def build_prompt(
+    current: str, examples: Sequence[ReflectionExample], *, max_chars: int = 6000
+) -> list[Message]:
+    """The reflection request. The examples' text is capped to `max_chars` in total."""
+    per_example = max(max_chars // max(len(examples), 1), 300)
+    blocks = []
+    for i, ex in enumerate(examples, 1):
+        body = (
+            f"[Input]\n{clip(ex.inputs, per_example // 2)}\n\n"
+            f"[Assistant's answer]\n{clip(ex.output, per_example // 4)}\n\n"
+            f"[Feedback] (score {ex.score:.2f})\n{clip(ex.feedback, per_example // 4)}"
+        )
+        blocks.append(f"=== Example {i} ===\n{body}")
+    user = (
+        "The assistant was given this instruction (its system prompt):\n"
+        f"<current_instruction>\n{current}\n</current_instruction>\n\n"
+        "Here is how it did on some inputs. These are examples only: do not answer them.\n\n"
+        + "\n\n".join(blocks)
+        + "\n\n=== End of examples ===\n\n"
+        + TASK_PROMPT.format(open=OPEN_TAG, close=CLOSE_TAG)
+    )
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
+_PREAMBLE = re.compile(
+    r"^\s*(?:\*\*)?(?:here(?:'s| is)|below is|the )?[^\n]{0,60}(?:new|improved|updated|revised)"
+    r" (?:instruction|prompt|system prompt)[^\n]{0,40}:\s*(?:\*\*)?\s*\n",
+    re.I,
+)
+_CHAT_OPENERS = re.compile(
+    r"^\s*(certainly|sure|of course|absolutely|i'd be happy|i would be happy|i can help|i'm sorry|"
+    r"i am sorry|great question|thank you|hello|hi\b)",
+    re.I,
+)
+_CHAT_ASKS = re.compile(
+    r"(please provide|could you (please )?(provide|share|give)|provide (me )?(with )?the (inputs?|text|details)|"
+    r"let me know if)",
+    re.I,
+)
+
+
+def parse_proposal(raw: str) -> str:
+    """The new instruction inside the answer: tagged text, else the longest fenced block, else all of it."""
+    lower = raw.lower()
+    start = lower.find(OPEN_TAG)
+    if start >= 0:
+        end = lower.find(CLOSE_TAG, start)
+        text = raw[start + len(OPEN_TAG) : end if end >= 0 else len(raw)]
+    else:
+        fences = _FENCE.findall(raw)
+        text = max(fences, key=len) if fences else raw
+    text = text.replace(OPEN_TAG, "").replace(CLOSE_TAG, "").strip()
+    text = _PREAMBLE.sub("", text, count=1).strip()
+    return text.strip('"').strip()
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _ngrams(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def echo_fraction(proposal: str, examples: Sequence[ReflectionExample], n: int = 6) -> float:
+    """Share of the proposal's word n-grams that appear verbatim in the examples' inputs and answers."""
+    words = _normal(proposal).split()
+    grams = _ngrams(words, n)
+    if not grams:
+        return 0.0
+    shown = set()
+    for ex in examples:
+        shown |= _ngrams(_normal(ex.inputs + " " + ex.output).split(), n)
+    return len(grams & shown) / len(grams)
+
+
+def vet(
+    raw: str,
+    finish_reason: str,
+    current: str,
+    examples: Sequence[ReflectionExample],
+    *,
+    min_chars: int = 12,
+    max_echo: float = 0.5,
+    max_similarity: float = 0.97,
+) -> ReflectionProposal:
+    """Parse the reflection answer and say whether the proposal is worth a rollout."""
+    if finish_reason == "length":
+        return ReflectionProposal("", "truncated", raw)
+    text = parse_proposal(raw)
+    if len(text) < min_chars:
+        return ReflectionProposal(text, "empty", raw)
+    if _normal(text) == _normal(current) or (
+        difflib.SequenceMatcher(None, _normal(text), _normal(current)).ratio() >= max_similarity
+    ):
+        return ReflectionProposal(text, "unchanged", raw)
+    if _CHAT_OPENERS.match(text) or (_CHAT_ASKS.search(text) and len(text) < 400):
+        return ReflectionProposal(text, "chat reply", raw)
+    if echo_fraction(text, examples) > max_echo:
+        return ReflectionProposal(text, "echoes the examples", raw)
+    return ReflectionProposal(text, "", raw)

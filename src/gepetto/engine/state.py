@@ -1,0 +1,107 @@
+"""The optimisation state as plain data: candidates, lineage, validation scores, paid rollouts."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from gepetto.engine.pareto import ParetoArchive
+from gepetto.ledger import Ledger
+from gepetto.program import Rollout
+from gepetto.types import Candidate
+
+
+@dataclass
+class CandidateRecord:
+    """A candidate in the pool: texts, lineage, how it was made and its validation scores."""
+
+    index: int
+    candidate: Candidate
+    parents: tuple[int, ...]
+    origin: str  # "seed", "reflection" or "merge"
+    iteration: int
+    component: str | None  # the component reflection rewrote (None for seed and merge)
+    val_scores: dict[str, float]
+    rollouts_at_creation: int
+
+    @property
+    def mean(self) -> float:
+        return sum(self.val_scores.values()) / len(self.val_scores) if self.val_scores else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index, "id": self.candidate.id, "texts": self.candidate.to_dict(),
+            "parents": list(self.parents), "origin": self.origin, "iteration": self.iteration,
+            "component": self.component, "val_scores": self.val_scores, "mean": self.mean,
+            "rollouts_at_creation": self.rollouts_at_creation,
+        }
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """What a rollout budget buys, said before the run starts."""
+
+    budget: int
+    seed_validation: int
+    minibatch: int
+    validation: int
+    proposals_min: int  # if every proposal were accepted and validated
+    proposals_max: int  # if every proposal were rejected on the minibatch and parent scores were known
+
+    def describe(self) -> str:
+        return (
+            f"budget {self.budget} rollouts: seed validation {self.seed_validation}; each proposal costs "
+            f"up to {self.minibatch} (parent minibatch, free when scores are known) + {self.minibatch} (child "
+            f"minibatch) + {self.validation} (validation, only if accepted); this buys about "
+            f"{self.proposals_min}-{self.proposals_max} proposals"
+        )
+
+
+def plan_budget(budget: int, n_val: int, minibatch: int) -> BudgetPlan:
+    left = max(budget - n_val, 0)
+    return BudgetPlan(
+        budget, n_val, minibatch, n_val, left // (2 * minibatch + n_val), left // max(minibatch, 1)
+    )
+
+
+@dataclass
+class RunState:
+    """Everything the loop decided and paid for so far."""
+
+    val_ids: list[str]
+    budget: int
+    records: list[CandidateRecord] = field(default_factory=list)
+    rollouts: dict[tuple[str, str], Rollout] = field(default_factory=dict)  # (candidate id, example id)
+    rollouts_used: int = 0
+    iteration: int = 0
+    next_component: dict[int, int] = field(default_factory=dict)
+    merges_due: int = 0
+    merges_done: int = 0
+    merge_tried: set[tuple[int, int]] = field(default_factory=set)
+    train_cursor: int = 0
+    history: list[tuple[int, float]] = field(default_factory=list)  # (rollouts used, best mean) on change
+    proposals: Counter = field(default_factory=Counter)  # outcome -> count
+    ledger: Ledger = field(default_factory=Ledger)
+    archive: ParetoArchive = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.archive = ParetoArchive(len(self.val_ids))
+
+    @property
+    def remaining(self) -> int:
+        return self.budget - self.rollouts_used
+
+    def best(self) -> CandidateRecord:
+        return self.records[self.archive.best()]
+
+    def known(self, candidate: Candidate, example_id: str) -> Rollout | None:
+        return self.rollouts.get((candidate.id, example_id))
+
+    def add_record(self, record: CandidateRecord) -> None:
+        row = [record.val_scores[i] for i in self.val_ids]
+        record.index = self.archive.add(row)
+        self.records.append(record)
+        best = self.best().mean
+        if not self.history or best != self.history[-1][1]:
+            self.history.append((self.rollouts_used, best))

