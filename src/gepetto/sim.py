@@ -51,11 +51,14 @@ class SimReflectionLM:
     `noise` in [0, 1): share of answers that are useless in one of the ways small models fail (empty,
     chat reply, unchanged text, an echo of an example), drawn from a seeded RNG.
     `max_rules`: at most this many new rules per proposal (slower, more realistic progress).
+    `forget`: the new instruction keeps none of the current rules (as small models often rewrite from
+    scratch), which makes candidates trade off against each other instead of forming a single chain.
     """
 
     def __init__(self, noise: float = 0.0, max_rules: int = 1, seed: int = 0, latency: float = 0.0,
-                 name: str = "sim-reflection") -> None:
+                 forget: bool = False, name: str = "sim-reflection") -> None:
         self.name, self.noise, self.max_rules, self.latency = name, noise, max_rules, latency
+        self.forget = forget
         self.rng, self.calls = random.Random(seed), 0
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
@@ -74,7 +77,8 @@ class SimReflectionLM:
         feedback = " ".join(re.findall(r"\[Feedback\][^\n]*\n([^\n]*)", prompt))
         missing = [r for r in dict.fromkeys(re.findall(r"rule-\d+", feedback)) if r not in current]
         added = " ".join(f"Apply {r}." for r in missing[: self.max_rules])
-        text = f"Thinking about the feedback.\n<new_instruction>{current} {added}".rstrip()
+        base = re.sub(r"\s*Apply rule-\d+\.", "", current) if self.forget else current
+        text = f"Thinking about the feedback.\n<new_instruction>{base} {added}".rstrip()
         return Completion(text + "</new_instruction>", Usage(len(prompt) // 4, 40))
 
 

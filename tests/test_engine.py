@@ -1,0 +1,254 @@
+"""The GEPA loop on scripted LMs: acceptance, rejection, merge, budget, determinism, failures, stops."""
+
+import asyncio
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gepetto
+from gepetto import sim
+from gepetto.engine.merge import find_merge, merge_texts
+from gepetto.lm.base import Completion, ScriptedLM, Usage
+from gepetto.types import Candidate, Example, Score
+
+
+def run(task=None, reflection=None, task_lm=None, **config):
+    task = task or sim.task()
+    return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                            program=task.program, task_lm=task_lm or sim.SimTaskLM(),
+                            reflection_lm=reflection or sim.SimReflectionLM(), **config)
+
+
+def fingerprint(result):
+    d = result.to_dict()
+    d.pop("wall_seconds")
+    d.pop("ledger")
+    return d
+
+
+def test_improving_proposals_are_accepted_and_reach_the_optimum():
+    result = run(budget=200, seed=0)
+    assert result.seed_score == 0.0
+    assert result.best_score == 1.0
+    assert all(f"rule-{k}" in result.best_candidate["instruction"] for k in range(4))
+    assert result.proposals["accepted"] >= 4
+    assert result.stop_reason == "validation score is perfect"
+    # lineage: every accepted child descends from the seed
+    assert result.candidates[0].origin == "seed"
+    assert all(c.parents for c in result.candidates[1:])
+
+
+def test_worse_proposals_are_rejected_on_the_minibatch():
+    worse = ScriptedLM(lambda m, p: "<new_instruction>Answer in French, always.</new_instruction>")
+    result = run(reflection=worse, budget=60, seed=0)
+    assert len(result.candidates) == 1
+    assert result.best_score == result.seed_score == 0.0
+    assert result.proposals["rejected: not better on minibatch"] >= 1
+    assert result.proposals.get("accepted", 0) == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "Certainly! Please provide the inputs.", "<new_instruction>Answer the question.</new_instruction>"],
+)
+def test_malformed_proposals_cost_no_rollouts(bad):
+    lm = ScriptedLM(lambda m, p: bad)
+    task = sim.task(n_train=6, n_val=5)
+    result = run(task=task, reflection=lm, budget=100, seed=0, max_idle_iterations=3)
+    # only the seed validation and the parents' minibatches were paid: no child was ever run
+    child_runs = [k for k in result.candidates if k.origin != "seed"]
+    assert not child_runs
+    assert result.rollouts_used <= len(task.valset) + len(task.trainset)
+    assert result.stop_reason.startswith("stalled")
+    assert len(lm.calls) == 3 * result.iterations  # every iteration retried the reflection LM 3 times
+
+
+def test_truncated_proposal_is_retried_with_more_tokens():
+    answers = [Completion("<new_instruction>Apply rule-0. Apply rule-1 and", Usage(10, 10), "length"),
+               Completion("<new_instruction>Answer the question. Apply rule-0.</new_instruction>")]
+    lm = ScriptedLM(lambda m, p: answers.pop(0) if answers else "")
+    result = run(reflection=lm, budget=40, seed=0, max_idle_iterations=2)
+    assert lm.calls[1][1]["max_tokens"] == 2 * lm.calls[0][1]["max_tokens"]
+    assert result.proposals["rejected: truncated"] == 1
+
+
+@given(budget=st.integers(12, 120), minibatch=st.integers(1, 4), n_val=st.integers(2, 12),
+       noise=st.sampled_from([0.0, 0.5]), seed=st.integers(0, 3))
+@settings(max_examples=40, deadline=None)
+def test_budget_is_never_exceeded(budget, minibatch, n_val, noise, seed):
+    task = sim.task(n_train=8, n_val=n_val, kinds=5)
+    result = run(task=task, reflection=sim.SimReflectionLM(noise=noise, seed=seed), budget=max(budget, n_val),
+                 minibatch_size=minibatch, seed=seed)
+    assert result.rollouts_used <= max(budget, n_val)
+    # every paid rollout is kept: the count equals the distinct (candidate, example) pairs evaluated
+    assert result.ledger.roles["task"].calls == result.rollouts_used
+
+
+def test_same_seed_same_result_and_other_seed_other_path():
+    a = run(reflection=sim.SimReflectionLM(noise=0.4, seed=7), budget=150, seed=5)
+    b = run(reflection=sim.SimReflectionLM(noise=0.4, seed=7), budget=150, seed=5)
+    assert fingerprint(a) == fingerprint(b)
+    c = run(reflection=sim.SimReflectionLM(noise=0.4, seed=7), budget=150, seed=6)
+    assert fingerprint(a) != fingerprint(c)
+
+
+def test_concurrency_does_not_change_the_result():
+    lat = sim.SimTaskLM(latency=0.001)
+    a = run(task_lm=lat, budget=100, seed=2, max_concurrency=1)
+    b = run(task_lm=sim.SimTaskLM(latency=0.001), budget=100, seed=2, max_concurrency=16)
+    assert fingerprint(a) == fingerprint(b)
+
+
+def test_a_raising_program_or_metric_is_a_failed_rollout():
+    task = sim.task(n_train=6, n_val=6)
+
+    def flaky_metric(example, output, trace):
+        if example.id == "val-1":
+            raise RuntimeError("metric exploded")
+        return task.metric(example, output, trace)
+
+    async def flaky_program(candidate, example, ctx):
+        if example.id == "val-2":
+            raise ValueError("program exploded")
+        return await ctx.lm("instruction", example.inputs["q"])
+
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, flaky_metric, valset=task.valset,
+                                  program=flaky_program, task_lm=sim.SimTaskLM(),
+                                  reflection_lm=sim.SimReflectionLM(), budget=80)
+    result = gepetto.run_engine(engine)
+    runs = engine.state.rollouts
+    seed_id = task.seed_candidate.id
+    assert runs[(seed_id, "val-1")].score.value == 0.0
+    assert "metric raised" in runs[(seed_id, "val-1")].score.feedback
+    assert "RuntimeError: metric exploded" in runs[(seed_id, "val-1")].score.feedback
+    assert "program raised" in runs[(seed_id, "val-2")].score.feedback
+    assert result.best_score > result.seed_score  # the run went on and still improved
+
+
+def test_sync_program_with_ctx_lm():
+    task = sim.task()
+
+    def program(candidate, example, ctx):
+        return ctx.lm("instruction", example.inputs["q"]).strip()
+
+    result = run(task=gepetto.Task("sync", program, task.metric, task.seed_candidate, task.trainset,
+                                   task.valset), budget=120)
+    assert result.best_score == 1.0
+
+
+def test_merge_combines_two_lineages():
+    seen = []
+    for seed in range(8):
+        # a forgetful reflection LM makes lineages trade off, so the front holds branches worth merging
+        result = run(task=sim.task(components=2, kinds=6), reflection=sim.SimReflectionLM(forget=True, max_rules=2),
+                     budget=300, seed=seed, use_merge=True)
+        for m in (c for c in result.candidates if c.origin == "merge"):
+            assert len(m.parents) == 2
+            seen.append(m.mean >= max(result.candidates[p].mean for p in m.parents))
+    assert seen, "no merge was accepted in 8 seeds"
+    assert any(seen), "no merge beat both of its parents"
+
+
+def test_merge_texts_takes_what_changed_per_component():
+    anc = Candidate(a="A0", b="B0", c="C0")
+    left, right = Candidate(a="A1", b="B0", c="C0"), Candidate(a="A0", b="B2", c="C0")
+    assert merge_texts(left, right, anc, 0.5, 0.5, random.Random(0)) == Candidate(a="A1", b="B2", c="C0")
+    both = Candidate(a="A3", b="B2", c="C0")
+    assert merge_texts(left, both, anc, 0.4, 0.6, random.Random(0))["a"] == "A3"  # both changed: better parent
+
+
+def test_find_merge_needs_a_common_ancestor_and_a_new_child():
+    cands = [Candidate(a="A0", b="B0"), Candidate(a="A1", b="B0"), Candidate(a="A0", b="B1")]
+    parents = [(), (0,), (0,)]
+    found = find_merge([1, 2], cands, parents, [0.0, 0.5, 0.5], set(), random.Random(0))
+    assert found is not None and found[2] == Candidate(a="A1", b="B1")
+    assert find_merge([1, 2], cands, parents, [0.0, 0.5, 0.5], {(1, 2)}, random.Random(0)) is None
+    assert find_merge([0, 1], cands, parents, [0.0, 0.5, 0.5], set(), random.Random(0)) is None  # ancestor
+
+
+def test_target_score_and_stop_file(tmp_path):
+    result = run(budget=200, target_score=0.5)
+    assert result.stop_reason == "target score 0.5 reached" and 0.5 <= result.best_score < 1.0
+    stop = tmp_path / "STOP"
+    stop.write_text("")
+    result = run(budget=200, stop_file=str(stop))
+    assert result.stop_reason.startswith("stop file") and len(result.candidates) == 1
+
+
+def test_patience_stops_a_stuck_run():
+    worse = ScriptedLM(lambda m, p: f"<new_instruction>Variant {len(worse.calls)}: be brief.</new_instruction>")
+    result = run(reflection=worse, budget=500, patience=3)
+    assert result.stop_reason == "no improvement for 3 iterations"
+
+
+def test_request_stop_returns_best_so_far():
+    release = asyncio.Event()
+
+    class BlockingReflection:
+        name = "blocking"
+
+        async def complete(self, messages, **params):
+            engine.request_stop("interrupted (Ctrl-C)")
+            await release.wait()  # never set: the stop must cancel this call
+            return Completion("")
+
+    task = sim.task()
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=BlockingReflection(),
+                                  budget=100)
+    result = gepetto.run_engine(engine)
+    assert result.stop_reason == "interrupted (Ctrl-C)"
+    assert result.best_candidate == task.seed_candidate
+    assert result.rollouts_used >= len(task.valset)  # the seed validation that was paid is kept
+
+
+def test_time_limit_cancels_a_hanging_step():
+    class Hanging:
+        name = "hanging"
+
+        async def complete(self, messages, **params):
+            await asyncio.Event().wait()
+
+    result = run(reflection=Hanging(), budget=100, time_limit=0.2)
+    assert result.stop_reason == "time limit"
+
+
+def test_budget_plan_is_announced():
+    events = []
+    run(budget=100, on_event=lambda kind, data: events.append((kind, data)))
+    plan = next(d for k, d in events if k == "plan")
+    assert "seed validation 12" in plan["text"] and "proposals" in plan["text"]
+    assert plan["plan"].proposals_min == (100 - 12) // (6 + 12)
+
+
+def test_clear_errors_for_bad_inputs():
+    task = sim.task()
+    with pytest.raises(ValueError, match="smaller than one validation pass"):
+        run(budget=5)
+    with pytest.raises(ValueError, match="trainset is empty"):
+        gepetto.optimize("x", [], task.metric, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM())
+    dup = [Example({"q": "a"}, id="same"), Example({"q": "b"}, id="same")]
+    with pytest.raises(ValueError, match="duplicate example ids"):
+        gepetto.optimize("x", dup, task.metric, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM())
+    with pytest.raises(TypeError, match="unknown option"):
+        run(budgett=5)
+
+
+def test_parent_known_perfect_examples_are_not_paid_again():
+    # train == val: after the seed validation every example has a known score
+    task = sim.task(n_train=8, n_val=8)
+    result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, program=task.program,
+                              task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), budget=100)
+    assert result.best_score == 1.0
+    assert result.proposals.get("skipped: parent perfect on minibatch", 0) == 0
+
+
+def test_score_coercion_and_validation():
+    assert Score.coerce(1).feedback == "The output is correct."
+    assert Score.coerce(0.25).value == 0.25
+    with pytest.raises(ValueError):
+        Score(1.5)
+    with pytest.raises(TypeError):
+        Score.coerce("good")

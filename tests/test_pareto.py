@@ -1,0 +1,82 @@
+"""Pareto front, dominance and parent sampling, property-tested against a brute-force reference."""
+
+import random
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gepetto.engine.pareto import ParetoArchive, dominates, nondominated, selection_weights
+
+score = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0])  # coarse values make ties and duplicates common
+
+
+@st.composite
+def matrices(draw, max_rows=12, max_cols=8):
+    rows = draw(st.integers(1, max_rows))
+    cols = draw(st.integers(1, max_cols))
+    return np.array(draw(st.lists(st.lists(score, min_size=cols, max_size=cols), min_size=rows, max_size=rows)))
+
+
+def build(scores):
+    archive = ParetoArchive(scores.shape[1], capacity=2)  # small capacity exercises growth
+    for row in scores:
+        archive.add(row)
+    return archive
+
+
+@given(matrices())
+@settings(max_examples=300, deadline=None)
+def test_incremental_front_equals_brute_force(scores):
+    assert sorted(build(scores).front) == nondominated(scores)
+
+
+@given(matrices())
+@settings(max_examples=300, deadline=None)
+def test_best_mean_candidate_always_has_a_chance(scores):
+    archive = build(scores)
+    weights = dict(zip(archive.front, archive.weights(), strict=True))
+    best_mean = scores.mean(axis=1).max()
+    for i in np.flatnonzero(scores.mean(axis=1) == best_mean):
+        assert weights.get(int(i), 0) > 0
+
+
+@given(matrices())
+@settings(max_examples=200, deadline=None)
+def test_dominated_candidates_are_never_sampled(scores):
+    archive = build(scores)
+    rng = random.Random(0)
+    drawn = {archive.sample(rng) for _ in range(50)}
+    for i in drawn:
+        assert not any(dominates(scores[j], scores[i]) for j in range(len(scores)))
+
+
+@given(matrices())
+@settings(max_examples=200, deadline=None)
+def test_weights_count_examples_won(scores):
+    front = np.array(nondominated(scores))
+    w = selection_weights(scores[front])
+    wins = (scores[front] == scores.max(axis=0)).sum(axis=1)
+    assert np.all(w >= wins) and np.all(w <= np.maximum(wins, 1))
+
+
+def test_best_mean_that_wins_no_example_still_gets_a_vote():
+    # each specialist wins one example; the generalist has the best mean but wins none
+    scores = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [0.9, 0.9, 0.9]])
+    archive = build(scores)
+    assert sorted(archive.front) == [0, 1, 2, 3]
+    assert dict(zip(archive.front, archive.weights(), strict=True))[3] == 1
+    assert archive.best() == 3
+
+
+def test_sampling_is_proportional_to_wins():
+    scores = np.array([[1, 1, 1, 0], [0, 0, 0, 1]])
+    archive = build(scores)
+    rng = random.Random(1)
+    draws = [archive.sample(rng) for _ in range(4000)]
+    assert 0.70 < draws.count(0) / len(draws) < 0.80
+
+
+def test_identical_candidates_share_the_front():
+    archive = build(np.array([[0.5, 0.5], [0.5, 0.5], [0.2, 0.5]]))
+    assert archive.front == [0, 1]

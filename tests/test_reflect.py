@@ -1,0 +1,95 @@
+"""Parsing and vetting of reflection answers: bad proposals never reach a rollout."""
+
+import pytest
+
+from gepetto.engine.reflect import (
+    ReflectionExample,
+    build_prompt,
+    clip,
+    echo_fraction,
+    parse_proposal,
+    reflective_examples,
+    vet,
+)
+from gepetto.program import Rollout, TraceEntry
+from gepetto.types import Score
+
+CURRENT = "Read the customer's message and say what it is about."
+EXAMPLES = [
+    ReflectionExample("I was charged twice for the same order last Tuesday evening.", "It is about money.",
+                      "Wrong: expected 'billing'.", 0.0),
+    ReflectionExample("The vase arrived smashed into pieces and the box was soaked.", "Shipping problem.",
+                      "Right team but other words.", 0.3),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("<new_instruction>Answer with one word.</new_instruction>", "Answer with one word."),
+        ("Some thinking.\n<new_instruction>\nAnswer with one word.\n</new_instruction>\n", "Answer with one word."),
+        ("<NEW_INSTRUCTION>Answer briefly.", "Answer briefly."),  # unclosed tag: take the rest
+        ("Here it is:\n```\nAnswer with one word.\n```\nHope it helps", "Answer with one word."),
+        ("```text\nshort\n```\n```\nThe longest fenced block wins.\n```", "The longest fenced block wins."),
+        ("Here is the new instruction:\nYou route messages to teams.", "You route messages to teams."),
+        ("You route messages to teams.", "You route messages to teams."),  # no marker at all: whole answer
+    ],
+)
+def test_parse_proposal(raw, expected):
+    assert parse_proposal(raw) == expected
+
+
+GOOD = ("You route customer messages to a team. Reply with exactly one word: account, billing, shipping or "
+        "technical. Refunds always go to billing.")
+
+
+@pytest.mark.parametrize(
+    ("raw", "finish", "reason"),
+    [
+        ("", "stop", "empty"),
+        ("<new_instruction></new_instruction>", "stop", "empty"),
+        (f"<new_instruction>{GOOD}", "length", "truncated"),
+        (f"<new_instruction>{CURRENT}</new_instruction>", "stop", "unchanged"),
+        (f"<new_instruction>{CURRENT.upper()}  </new_instruction>", "stop", "unchanged"),
+        ("Certainly! Please provide the inputs you would like me to classify.", "stop", "chat reply"),
+        ("<new_instruction>Could you please provide more details about the task?</new_instruction>", "stop",
+         "chat reply"),
+        ("<new_instruction>I was charged twice for the same order last Tuesday evening.</new_instruction>",
+         "stop", "echoes the examples"),
+        (f"<new_instruction>{GOOD}</new_instruction>", "stop", ""),
+    ],
+)
+def test_vet(raw, finish, reason):
+    assert vet(raw, finish, CURRENT, EXAMPLES).rejected == reason
+
+
+def test_echo_fraction_is_low_for_a_real_instruction():
+    assert echo_fraction(GOOD, EXAMPLES) == 0.0
+    assert echo_fraction(EXAMPLES[0].inputs, EXAMPLES) == 1.0
+
+
+def test_prompt_is_capped_whatever_the_trace_size():
+    huge = ReflectionExample("x" * 200_000, "y" * 100_000, "z" * 50_000, 0.0)
+    messages = build_prompt(CURRENT, [huge] * 3, max_chars=6000)
+    assert len(messages[1]["content"]) < 9000
+    assert CURRENT in messages[1]["content"]
+    assert "<new_instruction>" in messages[1]["content"]
+
+
+def test_clip_keeps_head_and_tail():
+    text = "HEAD" + "." * 1000 + "TAIL"
+    out = clip(text, 100)
+    assert out.startswith("HEAD") and out.endswith("TAIL") and len(out) < 200
+
+
+def test_reflection_sees_only_its_component_and_failures_first():
+    runs = [
+        Rollout("e1", Score(1.0, "ok"), "x", [TraceEntry("a", "in-a1", "out-a1"), TraceEntry("b", "in-b1", "out-b1")]),
+        Rollout("e2", Score(0.0, "bad"), "y", [TraceEntry("a", "in-a2", "out-a2")]),
+        Rollout("e3", Score(0.0, "raised"), None, [], error="ValueError: boom"),
+    ]
+    b = reflective_examples(runs, "b")
+    assert [e.inputs for e in b[1:]] == ["in-b1"] and "failed" in b[0].inputs
+    a = reflective_examples(runs, "a")
+    assert [e.score for e in a] == [0.0, 0.0, 1.0]
+    assert all("in-b" not in e.inputs for e in a)
