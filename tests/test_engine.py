@@ -252,3 +252,13 @@ def test_score_coercion_and_validation():
         Score(1.5)
     with pytest.raises(TypeError):
         Score.coerce("good")
+
+
+def test_rejected_answer_is_shown_back_with_the_reason():
+    answers = ["Certainly! Please provide the inputs.",
+               "<new_instruction>Answer the question. Apply rule-0.</new_instruction>"]
+    lm = ScriptedLM(lambda m, p: answers.pop(0) if answers else "")
+    run(reflection=lm, budget=40, seed=0, max_idle_iterations=1)
+    retry = lm.calls[1][0]
+    assert retry[-2] == {"role": "assistant", "content": "Certainly! Please provide the inputs."}
+    assert "Do not talk to me" in retry[-1]["content"]

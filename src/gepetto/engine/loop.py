@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from gepetto.engine.merge import find_merge
-from gepetto.engine.reflect import ReflectionExample, build_prompt, reflective_examples, vet
+from gepetto.engine.reflect import ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, MeteredLM
@@ -285,6 +285,7 @@ class Engine:
             st.proposals[f"rejected: {proposal.rejected}"] += 1
             if proposal.rejected == "truncated":
                 max_tokens *= 2
+            messages = retry_messages(messages, out.text, proposal.rejected)
         return None
 
     # ---- evaluation and bookkeeping ------------------------------------------------------------

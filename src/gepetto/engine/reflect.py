@@ -28,10 +28,33 @@ Your job: write a new, complete instruction for the assistant so that it does be
 - Work out what the task really is from the examples and the feedback.
 - State every rule, required format and domain fact that the feedback reveals, in general terms: they must
   help on new inputs, not only on these examples.
+- If the feedback states the allowed answers or the required answer format, copy those requirements into
+  the instruction word for word.
 - Keep what already works in the current instruction.
 - Address the assistant directly ("You ..."). Do not copy the examples, do not answer them.
 
 Write the new instruction between {open} and {close}, and nothing after {close}."""
+
+
+# Said to the reflection LM after a rejected answer, so the retry does not repeat the same mistake.
+RETRY_HINTS = {
+    "empty": "I found no instruction in your answer. Write the complete new instruction between {open} and {close}.",
+    "unchanged": "That is (nearly) the same as the current instruction. Write a clearly different, improved "
+    "instruction that fixes the failures described in the feedback, between {open} and {close}.",
+    "chat reply": "Do not talk to me or ask for inputs. Write the instruction for the assistant itself, between "
+    "{open} and {close}.",
+    "echoes the examples": "That copies the examples. Write general instructions for the task instead (rules, "
+    "format, facts), between {open} and {close}.",
+}
+
+
+def retry_messages(messages: list[Message], raw: str, reason: str) -> list[Message]:
+    """The conversation for the next attempt: the rejected answer and why it was rejected."""
+    hint = RETRY_HINTS.get(reason)
+    if hint is None:  # truncated: same request, more tokens
+        return messages
+    return [*messages, {"role": "assistant", "content": clip(raw, 1500) or "(empty)"},
+            {"role": "user", "content": hint.format(open=OPEN_TAG, close=CLOSE_TAG)}]
 
 
 @dataclass(frozen=True)
