@@ -93,3 +93,13 @@ def test_reflection_sees_only_its_component_and_failures_first():
     a = reflective_examples(runs, "a")
     assert [e.score for e in a] == [0.0, 0.0, 1.0]
     assert all("in-b" not in e.inputs for e in a)
+
+
+def test_a_looping_answer_is_salvaged_when_cut_off():
+    loop = "Reply with JSON. The item is the thing ordered. " + "The order should be extracted. " * 30
+    proposal = vet(f"<new_instruction>{loop}", "length", CURRENT, EXAMPLES)
+    assert proposal.rejected == ""
+    assert proposal.text.count("The order should be extracted.") == 1
+    assert proposal.text.startswith("Reply with JSON.")
+    assert vet("<new_instruction>A long instruction that was simply cut in the mid", "length", CURRENT,
+               EXAMPLES).rejected == "truncated"

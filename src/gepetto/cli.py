@@ -1,20 +1,187 @@
-"""The `gepetto` command: a thin shell over gepetto.optimize (Typer + Rich)."""
+"""The `gepetto` command: a thin shell over the runner and the run store (Typer + Rich).
+
+Exit codes: 0 ok, 1 the run failed, 2 usage or configuration error.
+"""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.panel import Panel
+from rich.table import Table
 
-from gepetto.api import build_engine, run_engine
 from gepetto.progress import ProgressDisplay
+from gepetto.runner import DEFAULT_STORAGE, ConfigError, load_config, start_or_resume
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Reflective prompt evolution (GEPA) for LLM programs."
 )
 console = Console()
+err = Console(stderr=True)
+
+StorageOpt = typer.Option(DEFAULT_STORAGE, "--storage", help="Run store (SQLite file).", envvar="GEPETTO_STORAGE")
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _open_store(storage: str) -> Any:
+    from gepetto.store.sqlite import RunStore
+
+    if not Path(storage).exists():
+        raise _fail(f"no run store at {storage} (run `gepetto optimize` first, or pass --storage)", 2)
+    return RunStore(storage)
+
+
+def _snapshot(storage: str, run: str) -> dict[str, Any]:
+    from gepetto.store.snapshot import run_snapshot
+
+    try:
+        return run_snapshot(_open_store(storage), run)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0]), 2) from None
+
+
+def _report_result(name: str, result: Any, started: float) -> None:
+    console.print(result.summary(), highlight=False)
+    for component, text in result.best_candidate.items():
+        console.print(Panel(text, title=f"best: {component}", expand=False))
+    console.print(f"validation: seed {result.seed_score:.3f} -> best {result.best_score:.3f}; "
+                  f"{result.rollouts_used}/{result.budget} rollouts; wall time {time.monotonic() - started:.0f}s")
+    console.print(f"[dim]run {name!r} stored; see it with `gepetto show {name}` or "
+                  f"`gepetto report {name} -o report.html`[/dim]")
+
+
+@app.command()
+def optimize(
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML or TOML file with run options."),
+    task: str | None = typer.Option(None, help="Built-in task (demo, hotpotqa, ifeval, ifbench, pupa, gsm8k, aime)."),
+    task_lm: str | None = typer.Option(None, help="Task LM, e.g. local:qwen2.5-coder-0.5b, openai:MODEL@URL."),
+    reflection_lm: str | None = typer.Option(None, help="Reflection LM name."),
+    budget: int | None = typer.Option(None, help="Rollout budget (one program run on one example)."),
+    seed: int | None = typer.Option(None, help="Random seed."),
+    concurrency: int | None = typer.Option(None, "--concurrency", help="Rollouts run at once."),
+    minibatch_size: int | None = typer.Option(None, help="Examples per reflection minibatch."),
+    merge: bool | None = typer.Option(None, "--merge/--no-merge", help="System-aware merge of lineages."),
+    time_limit: float | None = typer.Option(None, help="Stop after this many seconds."),
+    patience: int | None = typer.Option(None, help="Stop after this many iterations without improvement."),
+    target: float | None = typer.Option(None, "--target", help="Stop when the validation score reaches this."),
+    data_dir: str | None = typer.Option(None, help="Benchmark data directory (default ../shared/data)."),
+    n_train: int | None = typer.Option(None, help="Training examples."),
+    n_val: int | None = typer.Option(None, help="Validation examples."),
+    n_test: int | None = typer.Option(None, help="Test examples."),
+    storage: str = StorageOpt,
+    run: str | None = typer.Option(None, "--run", help="Run name; an existing run is resumed."),
+    stop_file: str | None = typer.Option(None, help="Stop gracefully when this file appears."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show rejected proposals."),
+) -> None:
+    """Optimise a task's prompts within a rollout budget; `--run NAME` resumes a stored run."""
+    given = {"task": task, "task_lm": task_lm, "reflection_lm": reflection_lm, "budget": budget, "seed": seed,
+             "max_concurrency": concurrency, "minibatch_size": minibatch_size, "use_merge": merge,
+             "time_limit": time_limit, "patience": patience, "target_score": target, "data_dir": data_dir,
+             "n_train": n_train, "n_val": n_val, "n_test": n_test}
+    try:
+        cfg = load_config(config, **given)
+    except ConfigError as exc:
+        raise _fail(str(exc), 2) from None
+    explicit = {k for k, v in given.items() if v is not None}
+    if config is not None:
+        explicit |= set(load_config(config).model_dump(exclude_unset=True))
+    started = time.monotonic()
+    try:
+        with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
+            name, result = start_or_resume(cfg, storage=storage, run=run, on_event=progress, stop_file=stop_file,
+                                           explicit=explicit)
+    except ConfigError as exc:
+        raise _fail(str(exc), 2) from None
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        raise _fail(f"{type(exc).__name__}: {exc}", 2) from None
+    except Exception as exc:
+        raise _fail(f"the run failed: {type(exc).__name__}: {exc}", 1) from None
+    _report_result(name, result, started)
+
+
+@app.command()
+def runs(storage: str = StorageOpt) -> None:
+    """List stored runs: name, status, best score, rollouts, cost, age."""
+    store = _open_store(storage)
+    table = Table("name", "status", "task", "best", "seed score", "rollouts", "cost", "age")
+    for info in store.list_runs():
+        res = info.result or {}
+        best = res.get("best_score")
+        if best is None:
+            cands = store.candidates(info.name)
+            best = max((c["mean"] for c in cands), default=None)
+        ledger = res.get("ledger") or store.ledger(info.name)
+        cost = sum(u.get("cost", 0.0) for u in ledger.values())
+        used = res.get("rollouts_used", store.count_rollouts(info.name))
+        table.add_row(info.name, info.shown_status, info.config.get("task", ""),
+                      "-" if best is None else f"{best:.3f}",
+                      "-" if res.get("seed_score") is None else f"{res['seed_score']:.3f}",
+                      f"{used}/{info.config.get('budget', '?')}", f"${cost:.4f}", _age(info.updated))
+    console.print(table)
+
+
+def _age(t: float) -> str:
+    s = max(time.time() - t, 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.0f}{unit} ago"
+    return f"{s:.0f}s ago"
+
+
+@app.command()
+def show(run: str, storage: str = StorageOpt) -> None:
+    """Show a run: best candidate, Pareto front and cost ledger."""
+    snap = _snapshot(storage, run)
+    res, info = snap["result"], snap["run"]
+    console.print(f"[bold]{info['name']}[/bold] ({info['status']}), task {info['task']}, "
+                  f"task LM {info['task_lm']}, reflection LM {info['reflection_lm']}", highlight=False)
+    if res["best_score"] is None:
+        console.print("no candidate has been validated yet")
+        return
+    console.print(f"validation: seed {res['seed_score']:.3f} -> best {res['best_score']:.3f}; "
+                  f"{res['rollouts_used']}/{res['budget']} rollouts; stopped: {res['stop_reason']}")
+    for component, text in res["best_candidate"].items():
+        console.print(Panel(text, title=f"best: {component}", expand=False))
+    front = Table("candidate", "origin", "parents", "validation", title="Pareto front")
+    for i in res["pareto_front"]:
+        c = res["candidates"][i]
+        front.add_row(str(i), c["origin"], ",".join(map(str, c["parents"])) or "-", f"{c['mean']:.3f}")
+    console.print(front)
+    ledger = Table("role", "calls", "tokens in", "tokens out", "seconds", "cost", title="ledger")
+    for role, u in res["ledger"].items():
+        est = " (est.)" if u.get("estimated_tokens") else ""
+        ledger.add_row(role, str(u["calls"]), f"{u['input_tokens']}{est}", f"{u['output_tokens']}{est}",
+                       f"{u['seconds']:.1f}", f"${u['cost']:.4f}")
+    console.print(ledger)
+
+
+@app.command()
+def report(run: str, output: Path = typer.Option(..., "-o", "--output", help="HTML file to write."),
+           storage: str = StorageOpt) -> None:
+    """Write a self-contained HTML report of a run (lineage, scores, front, diffs, ledger, sample outputs)."""
+    from gepetto.report import write_report
+
+    write_report(_snapshot(storage, run), output)
+    console.print(f"report written to {output}")
+
+
+@app.command()
+def export(run: str, storage: str = StorageOpt) -> None:
+    """Print the best candidate of a run as JSON (component -> text)."""
+    res = _snapshot(storage, run)["result"]
+    if not res["best_candidate"]:
+        raise _fail(f"run {run!r} has no validated candidate yet", 1)
+    typer.echo(json.dumps(res["best_candidate"], ensure_ascii=False, indent=2))
 
 
 @app.command()
@@ -24,28 +191,31 @@ def demo(
     task_lm: str = typer.Option("local:qwen2.5-coder-0.5b", help="Task LM name."),
     reflection_lm: str = typer.Option("local:qwen2.5-coder-1.5b", help="Reflection LM name."),
     time_limit: float = typer.Option(780.0, help="Stop after this many seconds (the demo fits in 15 minutes)."),
+    storage: str = StorageOpt,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show rejected proposals."),
 ) -> None:
-    """Improve a support-ticket routing prompt on the embedded local LLMs and show before/after."""
+    """Improve an order-extraction prompt on the embedded local LLMs and show before/after."""
     from gepetto.tasks import load_task
 
     task = load_task("demo", seed=seed)
     console.print(Panel.fit(
         f"[bold]gepetto demo[/bold]: {task.description}\n"
         f"task LM {task_lm}, reflection LM {reflection_lm}; {len(task.trainset)} train, "
-        f"{len(task.valset)} validation, {len(task.testset)} test examples\n"
+        f"{len(task.valset)} validation examples; budget {budget} rollouts\n"
         f"seed instruction: {task.seed_candidate['instruction']!r}"))
-    t0 = time.monotonic()
-    with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
-        engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
-                              program=task.program, task_lm=task_lm, reflection_lm=reflection_lm,
-                              budget=budget, seed=seed, time_limit=time_limit, on_event=progress)
-        result = run_engine(engine)
-    console.print(result.summary())
-    console.print(Panel(result.best_candidate["instruction"], title="evolved instruction"))
-    console.print(f"validation: seed {result.seed_score:.3f} -> best {result.best_score:.3f}; "
-                  f"{result.rollouts_used} rollouts; wall time {time.monotonic() - t0:.0f}s")
+    try:
+        cfg = load_config(task="demo", task_lm=task_lm, reflection_lm=reflection_lm, budget=budget, seed=seed,
+                          time_limit=time_limit)
+    except ConfigError as exc:
+        raise _fail(str(exc), 2) from None
+    started = time.monotonic()
+    try:
+        with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
+            name, result = start_or_resume(cfg, storage=storage, on_event=progress)
+    except Exception as exc:
+        raise _fail(f"the demo failed: {type(exc).__name__}: {exc}", 1) from None
+    _report_result(name, result, started)
 
 
 def main() -> None:

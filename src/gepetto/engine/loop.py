@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from gepetto.engine.merge import find_merge
-from gepetto.engine.reflect import ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
+from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, MeteredLM
@@ -270,7 +270,7 @@ class Engine:
         temps = list(cfg.reflection_temperatures) or [0.0]
         for attempt in range(cfg.reflection_attempts):
             params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": max_tokens,
-                      "seed": cfg.seed * 100_003 + st.iteration * 10 + attempt}
+                      "seed": cfg.seed * 100_003 + st.iteration * 10 + attempt, "stop": [CLOSE_TAG]}
             try:
                 out = await self.reflection_lm.complete(messages, **params)
             except Exception as exc:  # a flaky reflection LM costs an attempt, not the run

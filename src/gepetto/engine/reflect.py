@@ -31,6 +31,7 @@ Your job: write a new, complete instruction for the assistant so that it does be
 - If the feedback states the allowed answers or the required answer format, copy those requirements into
   the instruction word for word.
 - Keep what already works in the current instruction.
+- The assistant will not see these examples or this feedback: spell out everything it needs to know.
 - Address the assistant directly ("You ..."). Do not copy the examples, do not answer them.
 
 Write the new instruction between {open} and {close}, and nothing after {close}."""
@@ -158,6 +159,28 @@ def parse_proposal(raw: str) -> str:
     return text.strip('"').strip()
 
 
+_SENTENCE = re.compile(r"(?<=[.!?:])\s+|\n+")
+
+
+def drop_repeats(text: str) -> tuple[str, bool]:
+    """Remove sentences a looping model repeated, and a cut-off last sentence; says whether it looped."""
+    seen: set[str] = set()
+    kept: list[str] = []
+    looped = False
+    for sentence in _SENTENCE.split(text.strip()):
+        key = _normal(sentence)
+        if not key:
+            continue
+        if key in seen:
+            looped = True
+            continue
+        seen.add(key)
+        kept.append(sentence.strip())
+    if looped and kept and not kept[-1].endswith((".", "!", "?", ":")):
+        kept.pop()
+    return "\n".join(kept) if looped else text, looped
+
+
 def _normal(text: str) -> str:
     return " ".join(text.lower().split())
 
@@ -188,10 +211,16 @@ def vet(
     max_echo: float = 0.5,
     max_similarity: float = 0.97,
 ) -> ReflectionProposal:
-    """Parse the reflection answer and say whether the proposal is worth a rollout."""
-    if finish_reason == "length":
-        return ReflectionProposal("", "truncated", raw)
+    """Parse the reflection answer and say whether the proposal is worth a rollout.
+
+    A cut-off answer is unusable, unless it was cut because the model looped: then the repeats are dropped
+    and what remains is judged like any other proposal.
+    """
     text = parse_proposal(raw)
+    if finish_reason == "length":
+        text, looped = drop_repeats(text)
+        if not looped:
+            return ReflectionProposal("", "truncated", raw)
     if len(text) < min_chars:
         return ReflectionProposal(text, "empty", raw)
     if _normal(text) == _normal(current) or (

@@ -153,8 +153,9 @@ class LocalLM:
         }
         if "seed" in params:
             kwargs["seed"] = int(params["seed"])
-        if params.get("stop"):
-            kwargs["stop"] = params["stop"]
+        for key in ("stop", "repeat_penalty", "top_p", "top_k"):
+            if params.get(key) is not None:
+                kwargs[key] = params[key]
         if params.get("response_format"):
             schema = params["response_format"]
             kwargs["response_format"] = {"type": "json_object", "schema": schema.get("schema", schema)}

@@ -1,0 +1,282 @@
+"""The run store: runs, candidates, evaluations and an append-only event log in one SQLite file (WAL).
+
+Every finished rollout is committed as soon as it finishes, so a killed run loses only what was in flight.
+Resuming replays the run over its stored rollouts and reflection answers (see engine/loop.py), which takes
+exactly the same path as the first time. State is JSON and SQL, never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gepetto.engine.state import CandidateRecord
+from gepetto.program import Rollout, TraceEntry
+from gepetto.types import Candidate, Example, Score
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    name TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    status TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    config TEXT NOT NULL,
+    pid INTEGER,
+    result TEXT,
+    ledger TEXT
+);
+CREATE TABLE IF NOT EXISTS candidates (
+    run TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    texts TEXT NOT NULL,
+    parents TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    component TEXT,
+    mean REAL NOT NULL,
+    val_scores TEXT NOT NULL,
+    rollouts_at_creation INTEGER NOT NULL,
+    PRIMARY KEY (run, idx)
+);
+CREATE TABLE IF NOT EXISTS evaluations (
+    run TEXT NOT NULL,
+    candidate_id TEXT NOT NULL,
+    example_id TEXT NOT NULL,
+    score REAL NOT NULL,
+    feedback TEXT NOT NULL,
+    objectives TEXT NOT NULL,
+    output TEXT,
+    trace TEXT NOT NULL,
+    error TEXT,
+    texts TEXT,
+    PRIMARY KEY (run, candidate_id, example_id)
+);
+CREATE TABLE IF NOT EXISTS examples (
+    run TEXT NOT NULL,
+    id TEXT NOT NULL,
+    split TEXT NOT NULL,
+    inputs TEXT NOT NULL,
+    gold TEXT,
+    PRIMARY KEY (run, id, split)
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    run TEXT NOT NULL,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_run ON events (run, seq);
+"""
+
+
+@dataclass
+class RunInfo:
+    """One row of the runs table, with the final result when the run ended."""
+
+    name: str
+    created: float
+    updated: float
+    status: str
+    seed: int
+    config: dict[str, Any]
+    pid: int | None
+    result: dict[str, Any] | None
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process that runs it still exists (a killed run stays 'running' in the table)."""
+        if self.status != "running" or not self.pid:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except OSError:
+            return False
+        return True
+
+    @property
+    def shown_status(self) -> str:
+        return "stopped (killed?)" if self.status == "running" and not self.alive else self.status
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    return repr(obj)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, default=_json_default)
+
+
+class RunStore:
+    """A SQLite file holding any number of runs. Safe to share between the event loop and worker threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.parent and not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
+        self._db.executescript(SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # ---- runs -------------------------------------------------------------------------------
+    def create_run(self, name: str, config: Mapping[str, Any], seed: int) -> None:
+        now = time.time()
+        with self._tx() as db:
+            db.execute("INSERT INTO runs (name, created, updated, status, seed, config, pid) VALUES (?,?,?,?,?,?,?)",
+                       (name, now, now, "running", seed, dumps(dict(config)), os.getpid()))
+
+    def mark_running(self, name: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET status='running', pid=?, updated=? WHERE name=?",
+                       (os.getpid(), time.time(), name))
+
+    def finish_run(self, name: str, status: str, result: Mapping[str, Any] | None) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET status=?, updated=?, result=?, pid=NULL WHERE name=?",
+                       (status, time.time(), dumps(result) if result is not None else None, name))
+
+    def update_config(self, name: str, config: Mapping[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET config=?, updated=? WHERE name=?", (dumps(dict(config)), time.time(), name))
+
+    def save_ledger(self, name: str, ledger: Mapping[str, Any]) -> None:
+        """The cumulative ledger of a run over all its sessions (a resumed run starts from it)."""
+        with self._tx() as db:
+            db.execute("UPDATE runs SET ledger=?, updated=? WHERE name=?", (dumps(dict(ledger)), time.time(), name))
+
+    def ledger(self, name: str) -> dict[str, Any]:
+        row = self._db.execute("SELECT ledger FROM runs WHERE name=?", (name,)).fetchone()
+        return json.loads(row[0]) if row and row[0] else {}
+
+    def get_run(self, name: str) -> RunInfo | None:
+        row = self._db.execute("SELECT name, created, updated, status, seed, config, pid, result FROM runs "
+                               "WHERE name=?", (name,)).fetchone()
+        return self._run_info(row) if row else None
+
+    def list_runs(self) -> list[RunInfo]:
+        rows = self._db.execute("SELECT name, created, updated, status, seed, config, pid, result FROM runs "
+                                "ORDER BY created DESC").fetchall()
+        return [self._run_info(r) for r in rows]
+
+    @staticmethod
+    def _run_info(row: tuple) -> RunInfo:
+        name, created, updated, status, seed, config, pid, result = row
+        return RunInfo(name, created, updated, status, seed, json.loads(config), pid,
+                       json.loads(result) if result else None)
+
+    def delete_run(self, name: str) -> None:
+        with self._tx() as db:
+            for table in ("runs", "candidates", "evaluations", "examples", "events"):
+                db.execute(f"DELETE FROM {table} WHERE {'name' if table == 'runs' else 'run'}=?", (name,))
+
+    def put_examples(self, run: str, split: str, examples: list[Example]) -> None:
+        with self._tx() as db:
+            db.executemany("INSERT OR REPLACE INTO examples VALUES (?,?,?,?,?)",
+                           [(run, e.id, split, dumps(dict(e.inputs)), dumps(e.gold)) for e in examples])
+
+    def examples(self, run: str, split: str) -> dict[str, dict[str, Any]]:
+        rows = self._db.execute("SELECT id, inputs, gold FROM examples WHERE run=? AND split=? ORDER BY rowid",
+                                (run, split)).fetchall()
+        return {i: {"inputs": json.loads(inp), "gold": json.loads(g) if g else None} for i, inp, g in rows}
+
+    # ---- candidates, evaluations, events -----------------------------------------------------------
+    def put_candidate(self, run: str, rec: CandidateRecord) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO candidates VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       (run, rec.index, rec.candidate.id, dumps(rec.candidate.to_dict()), dumps(list(rec.parents)),
+                        rec.origin, rec.iteration, rec.component, rec.mean, dumps(rec.val_scores),
+                        rec.rollouts_at_creation))
+
+    def candidates(self, run: str) -> list[dict[str, Any]]:
+        rows = self._db.execute("SELECT idx, id, texts, parents, origin, iteration, component, mean, val_scores, "
+                                "rollouts_at_creation FROM candidates WHERE run=? ORDER BY idx", (run,)).fetchall()
+        return [{"index": r[0], "id": r[1], "texts": json.loads(r[2]), "parents": json.loads(r[3]), "origin": r[4],
+                 "iteration": r[5], "component": r[6], "mean": r[7], "val_scores": json.loads(r[8]),
+                 "rollouts_at_creation": r[9]} for r in rows]
+
+    def put_rollout(self, run: str, candidate: Candidate, example_id: str, rollout: Rollout) -> None:
+        """Commit one finished rollout (idempotent: a replayed rollout is not written twice)."""
+        try:
+            output = json.dumps(rollout.output, ensure_ascii=False)
+        except (TypeError, ValueError):
+            output = json.dumps(repr(rollout.output), ensure_ascii=False)
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?)",
+                       (run, candidate.id, example_id, rollout.score.value, rollout.score.feedback,
+                        dumps(dict(rollout.score.objectives)), output, dumps([t.to_dict() for t in rollout.trace]),
+                        rollout.error, dumps(candidate.to_dict())))
+
+    def rollouts(self, run: str) -> dict[tuple[str, str], Rollout]:
+        """All stored rollouts of a run, keyed by (candidate id, example id)."""
+        rows = self._db.execute("SELECT candidate_id, example_id, score, feedback, objectives, output, trace, error "
+                                "FROM evaluations WHERE run=?", (run,)).fetchall()
+        out = {}
+        for cid, eid, score, feedback, objectives, output, trace, error in rows:
+            out[(cid, eid)] = Rollout(eid, Score(score, feedback, json.loads(objectives)),
+                                      json.loads(output) if output is not None else None,
+                                      [TraceEntry(**t) for t in json.loads(trace)], error)
+        return out
+
+    def count_rollouts(self, run: str) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM evaluations WHERE run=?", (run,)).fetchone()[0]
+
+    def add_event(self, run: str, kind: str, data: Mapping[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO events (run, time, kind, data) VALUES (?,?,?,?)",
+                       (run, time.time(), kind, dumps(dict(data))))
+
+    def events(self, run: str, kind: str | None = None) -> list[dict[str, Any]]:
+        q, args = "SELECT seq, time, kind, data FROM events WHERE run=?", [run]
+        if kind:
+            q, args = q + " AND kind=?", [*args, kind]
+        rows = self._db.execute(q + " ORDER BY seq", args).fetchall()
+        return [{"seq": s, "time": t, "kind": k, "data": json.loads(d)} for s, t, k, d in rows]
+
+
+class StoredRollouts:
+    """The engine's RolloutStore for one run: reads are served from memory, writes are committed at once."""
+
+    def __init__(self, store: RunStore, run: str) -> None:
+        self.store, self.run = store, run
+        self._known = store.rollouts(run)
+        self.stored_at_start = len(self._known)
+        self.replayed = 0
+
+    def get(self, candidate_id: str, example_id: str) -> Rollout | None:
+        found = self._known.get((candidate_id, example_id))
+        self.replayed += found is not None
+        return found
+
+    def put(self, candidate: Candidate, example_id: str, rollout: Rollout) -> None:
+        self.store.put_rollout(self.run, candidate, example_id, rollout)
+        self._known[(candidate.id, example_id)] = rollout
