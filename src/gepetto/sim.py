@@ -49,7 +49,8 @@ class SimReflectionLM:
     """Adds every `rule-k` named in the feedback to the current instruction.
 
     `noise` in [0, 1): share of answers that are useless in one of the ways small models fail (empty,
-    chat reply, unchanged text, an echo of an example), drawn from a seeded RNG.
+    chat reply, unchanged text, an echo of an example), drawn from an RNG seeded by `seed` and the request's
+    own `seed` parameter (like a seeded sampler: the same request gets the same answer).
     `max_rules`: at most this many new rules per proposal (slower, more realistic progress).
     `forget`: the new instruction keeps none of the current rules (as small models often rewrite from
     scratch), which makes candidates trade off against each other instead of forming a single chain.
@@ -58,8 +59,7 @@ class SimReflectionLM:
     def __init__(self, noise: float = 0.0, max_rules: int = 1, seed: int = 0, latency: float = 0.0,
                  forget: bool = False, name: str = "sim-reflection") -> None:
         self.name, self.noise, self.max_rules, self.latency = name, noise, max_rules, latency
-        self.forget = forget
-        self.rng, self.calls = random.Random(seed), 0
+        self.forget, self.seed, self.calls = forget, seed, 0
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         self.calls += 1
@@ -67,8 +67,9 @@ class SimReflectionLM:
             await asyncio.sleep(self.latency)
         prompt = messages[-1]["content"]
         current = prompt.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
-        if self.rng.random() < self.noise:
-            bad = self.rng.choice([
+        rng = random.Random(f"{self.seed}:{params.get('seed')}:{len(messages)}")
+        if rng.random() < self.noise:
+            bad = rng.choice([
                 "", "Certainly! Please provide the inputs you want me to work on.",
                 f"<new_instruction>{current}</new_instruction>",
                 "<new_instruction>" + prompt.split("[Input]\n", 1)[-1][:200] + "</new_instruction>",
@@ -105,3 +106,11 @@ def task(n_train: int = 12, n_val: int = 12, kinds: int = 4, components: int = 1
         program, seed = two_component_program, Candidate(a="Answer the question.", b="Answer the question.")
     return Task("sim", program, metric, seed, examples(n_train, kinds, "train"), examples(n_val, kinds, "val"),
                 examples(n_val, kinds, "test"), "simulated task with a known optimum")
+
+
+def load(data_dir: Any = None, *, seed: int = 0, n_train: int = 12, n_val: int = 12, n_test: int = 12,
+         kinds: int = 4, components: int = 1, **_: Any) -> Task:
+    """The simulated task for the task registry (`--task sim`); the data are generated, `seed` is unused."""
+    t = task(n_train=n_train, n_val=n_val, kinds=kinds, components=components)
+    t.testset = examples(n_test, kinds, "test")
+    return t

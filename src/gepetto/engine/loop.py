@@ -49,7 +49,7 @@ class EngineConfig:
     components: Sequence[str] | None = None  # which components to evolve; None = all
     reflection_attempts: int = 3
     reflection_temperatures: Sequence[float] = (0.0, 0.7, 1.0)
-    reflection_max_tokens: int = 1024
+    reflection_max_tokens: int = 700
     reflection_chars: int = 6000
     task_lm_params: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.0})
     time_limit: float | None = None  # seconds

@@ -17,6 +17,7 @@ TASKS: dict[str, str] = {
     "pupa": "gepetto.tasks.pupa",
     "gsm8k": "gepetto.tasks.math",
     "aime": "gepetto.tasks.math",
+    "sim": "gepetto.sim",  # simulated, known optimum: for tests, benchmarks and trying the CLI without models
 }
 
 

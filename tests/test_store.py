@@ -1,0 +1,87 @@
+"""The SQLite run store: rollouts, candidates, runs, events; replaying a run over its stored rollouts."""
+
+import gepetto
+from gepetto import sim
+from gepetto.program import Rollout, TraceEntry
+from gepetto.store.snapshot import run_snapshot
+from gepetto.store.sqlite import RunStore, StoredRollouts
+from gepetto.types import Candidate, Example, Score
+
+
+def test_rollouts_round_trip_and_are_idempotent(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    store.create_run("r", {"budget": 10}, seed=3)
+    cand = Candidate(instruction="Be brief.")
+    run = Rollout("ex-1", Score(0.5, "half right", {"f1": 0.7}), {"answer": "x"},
+                  [TraceEntry("instruction", "in <b>", "out", "stop")], None)
+    store.put_rollout("r", cand, "ex-1", run)
+    store.put_rollout("r", cand, "ex-1", run)  # a replay writes nothing new
+    assert store.count_rollouts("r") == 1
+    back = RunStore(tmp_path / "runs.sqlite").rollouts("r")[(cand.id, "ex-1")]
+    assert back.score == run.score and back.output == {"answer": "x"}
+    assert back.trace[0].to_dict() == run.trace[0].to_dict()
+    odd = Rollout("ex-2", Score(0.0, "boom"), object(), [], "ValueError: boom")
+    store.put_rollout("r", cand, "ex-2", odd)  # non-JSON output is kept as its repr
+    assert store.rollouts("r")[(cand.id, "ex-2")].error == "ValueError: boom"
+
+
+def test_runs_status_and_listing(tmp_path):
+    store = RunStore(tmp_path / "s.sqlite")
+    store.create_run("a", {"task": "sim"}, seed=0)
+    store.create_run("b", {"task": "sim"}, seed=1)
+    assert [r.name for r in store.list_runs()] == ["b", "a"]
+    assert store.get_run("a").shown_status == "running"  # this process is alive
+    store.finish_run("a", "finished", {"best_score": 1.0})
+    info = store.get_run("a")
+    assert info.status == "finished" and info.result == {"best_score": 1.0}
+    store.add_event("b", "start", {"session": 0})
+    store.add_event("b", "done", {"session": 0})
+    assert [e["kind"] for e in store.events("b")] == ["start", "done"]
+    store.delete_run("b")
+    assert store.get_run("b") is None and store.events("b") == []
+
+
+def _engine(store, name, **config):
+    task = sim.task()
+    return gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
+                                rollout_store=StoredRollouts(store, name), **config)
+
+
+def test_replay_over_stored_rollouts_pays_nothing_and_gives_the_same_result(tmp_path):
+    store = RunStore(tmp_path / "s.sqlite")
+    store.create_run("r", {}, seed=0)
+    first = _engine(store, "r", budget=120, seed=4)
+    a = gepetto.run_engine(first)
+    second = _engine(store, "r", budget=120, seed=4)
+    b = gepetto.run_engine(second)
+    assert second.task_lm.lm.calls == 0  # every rollout came from the store
+    assert second.rollout_store.replayed == a.rollouts_used
+    assert [c.to_dict() for c in a.candidates] == [c.to_dict() for c in b.candidates]
+    assert a.rollouts_used == b.rollouts_used
+
+
+def test_snapshot_of_a_stored_run(tmp_path):
+    store = RunStore(tmp_path / "s.sqlite")
+    store.create_run("r", {"task": "sim", "budget": 120}, seed=0)
+    task = sim.task()
+    store.put_examples("r", "val", task.valset)
+    engine = _engine(store, "r", budget=120, seed=1)
+    engine.on_event = lambda kind, data: store.put_candidate("r", data["record"]) if kind == "candidate" else None
+    result = gepetto.run_engine(engine)
+    partial = run_snapshot(store, "r")  # unfinished: rebuilt from the stored candidates
+    assert partial["result"]["best_score"] == result.best_score
+    assert partial["result"]["pareto_front"] == result.pareto_front
+    assert partial["result"]["rollouts_used"] == result.rollouts_used
+    store.finish_run("r", "finished", result.to_dict())
+    snap = run_snapshot(store, "r")
+    assert snap["run"]["status"] == "finished"
+    sample = snap["samples"][0]
+    assert sample["seed"]["score"] == 0.0 and sample["best"]["score"] == 1.0
+    assert "question" in sample["inputs"] and sample["gold"].startswith("answer-")
+
+
+def test_examples_are_stored_with_the_run(tmp_path):
+    store = RunStore(tmp_path / "s.sqlite")
+    store.put_examples("r", "val", [Example({"q": "hi"}, gold={"a": 1}, id="e1")])
+    assert store.examples("r", "val") == {"e1": {"inputs": {"q": "hi"}, "gold": {"a": 1}}}
