@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gepetto.engine.pareto import ParetoArchive, dominates, nondominated, selection_weights
+from gepetto.engine.pareto import ParetoArchive, dominates, nondominated
 
 score = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0])  # coarse values make ties and duplicates common
 
@@ -54,8 +54,9 @@ def test_dominated_candidates_are_never_sampled(scores):
 @given(matrices())
 @settings(max_examples=200, deadline=None)
 def test_weights_count_examples_won(scores):
-    front = np.array(nondominated(scores))
-    w = selection_weights(scores[front])
+    archive = build(scores)
+    front = np.array(archive.front)
+    w = archive.weights()
     wins = (scores[front] == scores.max(axis=0)).sum(axis=1)
     assert np.all(w >= wins) and np.all(w <= np.maximum(wins, 1))
 

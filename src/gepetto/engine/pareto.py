@@ -26,32 +26,21 @@ def nondominated(scores: np.ndarray) -> list[int]:
     return [i for i in range(n) if not any(dominates(scores[j], scores[i]) for j in range(n) if j != i)]
 
 
-def selection_weights(front_scores: np.ndarray) -> np.ndarray:
-    """Votes of each non-dominated row: examples won (ties count for all), best mean gets at least 1."""
-    if len(front_scores) == 0:
-        return np.zeros(0)
-    if front_scores.shape[1] == 0:
-        return np.ones(len(front_scores))
-    col_best = front_scores.max(axis=0)
-    wins = (front_scores == col_best).sum(axis=1).astype(float)
-    means = front_scores.mean(axis=1)
-    best = np.flatnonzero(means == means.max())
-    wins[best] = np.maximum(wins[best], 1.0)
-    return wins
-
-
 class ParetoArchive:
     """Score matrix of all candidates plus the incrementally maintained non-dominated set.
 
-    Adding a candidate costs O(front size x examples); sampling costs the same. Row i is candidate i.
+    Adding a candidate costs two comparisons of its row against the front, and the per-example best scores
+    are kept up to date, so sampling costs one more pass. Row i is candidate i.
     """
 
     def __init__(self, n_examples: int, capacity: int = 64) -> None:
         self.n_examples = n_examples
         self._scores = np.zeros((max(capacity, 1), n_examples))
+        self._sums = np.zeros(max(capacity, 1))
         self._n = 0
         self._front: list[int] = []
-        self._front_scores = np.zeros((0, n_examples))
+        self._fbuf = np.zeros((max(capacity, 1), n_examples))  # rows of the front, first len(_front) used
+        self._col_best = np.full(n_examples, -np.inf)
         self._weights: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -66,34 +55,60 @@ class ParetoArchive:
         """Indices of the non-dominated candidates, in insertion order."""
         return list(self._front)
 
+    @property
+    def front_scores(self) -> np.ndarray:
+        return self._fbuf[: len(self._front)]
+
+    @staticmethod
+    def _grow(buf: np.ndarray, used: int) -> np.ndarray:
+        if used < len(buf):
+            return buf
+        bigger = np.zeros((2 * len(buf), buf.shape[1]))
+        bigger[:used] = buf[:used]
+        return bigger
+
     def add(self, row: Sequence[float]) -> int:
         """Add a fully evaluated candidate's score vector; returns its index."""
         vec = np.asarray(row, dtype=float)
         if vec.shape != (self.n_examples,):
             raise ValueError(f"expected {self.n_examples} scores, got shape {vec.shape}")
         if self._n == len(self._scores):
-            self._scores = np.vstack([self._scores, np.zeros_like(self._scores)])
+            self._scores = self._grow(self._scores, self._n)
+            self._sums = np.concatenate([self._sums, np.zeros(len(self._sums))])
         idx = self._n
         self._scores[idx] = vec
+        self._sums[idx] = vec.sum()
         self._n += 1
-        fs = self._front_scores
+        fs = self.front_scores
         if len(fs):
-            ge, gt = (fs >= vec).all(axis=1), (fs > vec).any(axis=1)
-            if bool((ge & gt).any()):
+            higher = (fs > vec).any(axis=1)  # member better somewhere
+            lower = (fs < vec).any(axis=1)  # member worse somewhere
+            if bool((higher & ~lower).any()):
                 return idx  # dominated: the front does not change
-            beaten = (vec >= fs).all(axis=1) & (vec > fs).any(axis=1)
-            keep = ~beaten
-            self._front = [i for i, k in zip(self._front, keep, strict=True) if k]
-            fs = fs[keep]
+            beaten = lower & ~higher
+            if beaten.any():
+                keep = ~beaten
+                self._front = [i for i, k in zip(self._front, keep, strict=True) if k]
+                self._fbuf[: len(self._front)] = fs[keep]
+        self._fbuf = self._grow(self._fbuf, len(self._front))
+        self._fbuf[len(self._front)] = vec
         self._front.append(idx)
-        self._front_scores = np.vstack([fs, vec[None, :]])
+        np.maximum(self._col_best, vec, out=self._col_best)  # beaten rows were <= vec: the best stays right
         self._weights = None
         return idx
 
     def weights(self) -> np.ndarray:
-        """Selection votes aligned with `front`."""
+        """Selection votes aligned with `front`: examples won (ties count for all), best mean gets >= 1."""
         if self._weights is None:
-            self._weights = selection_weights(self._front_scores)
+            fs = self.front_scores
+            if self.n_examples == 0:
+                self._weights = np.ones(len(fs))
+            else:
+                wins = (fs == self._col_best).sum(axis=1).astype(float)
+                sums = self._sums[self._front]
+                best = np.flatnonzero(sums == sums.max())
+                wins[best] = np.maximum(wins[best], 1.0)
+                self._weights = wins
         return self._weights
 
     def sample(self, rng: random.Random) -> int:
@@ -104,8 +119,8 @@ class ParetoArchive:
         return rng.choices(self._front, weights=w.tolist(), k=1)[0]
 
     def means(self) -> np.ndarray:
-        return self.scores.mean(axis=1) if self.n_examples else np.zeros(self._n)
+        return self._sums[: self._n] / max(self.n_examples, 1)
 
     def best(self) -> int:
         """Index of the best-mean candidate (the earliest one on ties)."""
-        return int(np.argmax(self.means()))
+        return int(np.argmax(self._sums[: self._n]))
