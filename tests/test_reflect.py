@@ -103,3 +103,10 @@ def test_a_looping_answer_is_salvaged_when_cut_off():
     assert proposal.text.startswith("Reply with JSON.")
     assert vet("<new_instruction>A long instruction that was simply cut in the mid", "length", CURRENT,
                EXAMPLES).rejected == "truncated"
+
+
+def test_lessons_block_is_not_part_of_the_instruction():
+    raw = "Lessons:\n- quantities are integers\n- a dozen is 12\n\nYou extract orders as JSON."
+    assert parse_proposal(raw) == "You extract orders as JSON."
+    tagged = "Lessons:\n1. a dozen is 12\n<new_instruction>You extract orders.</new_instruction>"
+    assert parse_proposal(tagged) == "You extract orders."

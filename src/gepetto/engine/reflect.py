@@ -34,7 +34,8 @@ Your job: write a new, complete instruction for the assistant so that it does be
 - The assistant will not see these examples or this feedback: spell out everything it needs to know.
 - Address the assistant directly ("You ..."). Do not copy the examples, do not answer them.
 
-Write the new instruction between {open} and {close}, and nothing after {close}."""
+First write "Lessons:" and, in a few short bullet points, what the feedback says went wrong and the rules
+or facts it reveals. Then write the new instruction between {open} and {close}, and nothing after {close}."""
 
 
 # Said to the reflection LM after a rejected answer, so the retry does not repeat the same mistake.
@@ -153,7 +154,7 @@ def parse_proposal(raw: str) -> str:
         text = raw[start + len(OPEN_TAG) : end if end >= 0 else len(raw)]
     else:
         fences = _FENCE.findall(raw)
-        text = max(fences, key=len) if fences else raw
+        text = max(fences, key=len) if fences else _drop_lessons(raw)
     text = text.replace(OPEN_TAG, "").replace(CLOSE_TAG, "").strip()
     text = _PREAMBLE.sub("", text, count=1).strip()
     return text.strip('"').strip()
@@ -179,6 +180,20 @@ def drop_repeats(text: str) -> tuple[str, bool]:
     if looped and kept and not kept[-1].endswith((".", "!", "?", ":")):
         kept.pop()
     return "\n".join(kept) if looped else text, looped
+
+
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s")
+
+
+def _drop_lessons(text: str) -> str:
+    """Without markers, skip the 'Lessons:' block we asked for (its heading and bullet lines)."""
+    lines = text.strip().splitlines()
+    if not lines or not lines[0].strip().lower().startswith("lessons"):
+        return text
+    i = 1
+    while i < len(lines) and (not lines[i].strip() or _BULLET.match(lines[i])):
+        i += 1
+    return "\n".join(lines[i:])
 
 
 def _normal(text: str) -> str:

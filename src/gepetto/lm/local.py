@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,6 +114,18 @@ def model_path(name: str, cache_dir: Path | str | None = None) -> Path:
     return target
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def is_looping(text: str, min_len: int = 20, times: int = 3) -> bool:
+    """True when the last complete sentence or line has already occurred `times` times: the model loops."""
+    pieces = [p.strip() for p in _SENTENCE_END.split(text)]
+    if not text.endswith((".", "!", "?", "\n")):
+        pieces = pieces[:-1]  # the last piece is still being written
+    pieces = [p for p in pieces if p]
+    return bool(pieces) and len(pieces[-1]) >= min_len and pieces.count(pieces[-1]) >= times
+
+
 class LocalLM:
     """llama.cpp in-process. One model instance; calls are serialised (llama.cpp runs one at a time)."""
 
@@ -159,14 +172,30 @@ class LocalLM:
         if params.get("response_format"):
             schema = params["response_format"]
             kwargs["response_format"] = {"type": "json_object", "schema": schema.get("schema", schema)}
-        resp = llama.create_chat_completion(messages=messages, **kwargs)
-        choice = resp["choices"][0]
-        usage = resp.get("usage") or {}
-        return Completion(
-            text=choice["message"].get("content") or "",
-            usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
-            finish_reason=choice.get("finish_reason") or "stop",
-        )
+        # stream, so a model caught in a loop (small models at temperature 0 often are) can be stopped early
+        parts: list[str] = []
+        finish = "stop"
+        usage: dict[str, Any] = {}
+        for chunk in llama.create_chat_completion(messages=messages, stream=True, **kwargs):
+            choice = chunk["choices"][0]
+            piece = choice.get("delta", {}).get("content") or ""
+            parts.append(piece)
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            if ("." in piece or "\n" in piece) and is_looping("".join(parts)):
+                finish = "length"  # cut like a length limit: the caller may salvage the text before the loop
+                break
+        text = "".join(parts)
+        n_out = usage.get("completion_tokens") or len(llama.tokenize(text.encode("utf-8"), add_bos=False))
+        n_in = usage.get("prompt_tokens") or self._prompt_tokens(llama, messages)
+        return Completion(text=text, usage=Usage(int(n_in), int(n_out)), finish_reason=finish)
+
+    @staticmethod
+    def _prompt_tokens(llama: Any, messages: list[Message]) -> int:
+        text = "".join(m.get("content", "") for m in messages)
+        return len(llama.tokenize(text.encode("utf-8"), add_bos=True)) + 4 * len(messages)
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         msgs = [dict(m) for m in messages]
