@@ -101,3 +101,12 @@ def test_optimize_runs_end_to_end_on_a_real_task_lm(smollm):
     assert result.ledger.roles["task"].output_tokens > 0
     assert 0.0 <= result.best_score <= 1.0
     assert result.candidates[0].val_scores.keys() == {e.id for e in task.valset}
+
+
+def test_loop_detection():
+    from gepetto.lm.local import is_looping
+
+    assert is_looping("Intro line here. " + "The order should be extracted. " * 3)
+    assert not is_looping("The order should be extracted. " * 2)
+    assert not is_looping("ok. " * 20)  # short pieces (JSON lines, list items) are not loops
+    assert not is_looping("A sentence that is long enough. A sentence that is long enough. A sentence that is lo")
