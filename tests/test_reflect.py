@@ -110,3 +110,14 @@ def test_lessons_block_is_not_part_of_the_instruction():
     assert parse_proposal(raw) == "You extract orders as JSON."
     tagged = "Lessons:\n1. a dozen is 12\n<new_instruction>You extract orders.</new_instruction>"
     assert parse_proposal(tagged) == "You extract orders."
+
+
+def test_unchanged_retry_asks_to_apply_the_models_own_lessons():
+    from gepetto.engine.reflect import lessons, retry_messages
+
+    raw = f"Lessons:\n1. 'half a dozen' means 6\n- items are singular\n\n<new_instruction>{CURRENT}</new_instruction>"
+    assert lessons(raw) == ["'half a dozen' means 6", "items are singular"]
+    msgs = retry_messages([{"role": "user", "content": "q"}], raw, "unchanged")
+    assert msgs[-2]["role"] == "assistant"
+    assert "- 'half a dozen' means 6" in msgs[-1]["content"] and "explicit rules" in msgs[-1]["content"]
+    assert retry_messages([{"role": "user", "content": "q"}], raw, "truncated") == [{"role": "user", "content": "q"}]

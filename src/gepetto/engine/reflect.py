@@ -50,13 +50,34 @@ RETRY_HINTS = {
 }
 
 
+def lessons(raw: str) -> list[str]:
+    """The bullet points of the 'Lessons:' block the reflection LM was asked to write first."""
+    head = raw.split(OPEN_TAG, 1)[0]
+    start = head.lower().find("lessons")
+    if start < 0:
+        return []
+    return [_BULLET.sub("", line).strip() for line in head[start:].splitlines()[1:] if _BULLET.match(line)]
+
+
 def retry_messages(messages: list[Message], raw: str, reason: str) -> list[Message]:
-    """The conversation for the next attempt: the rejected answer and why it was rejected."""
+    """The conversation for the next attempt: the rejected answer and why it was rejected.
+
+    A model that wrote good lessons and then copied the old instruction is asked to turn its own lessons
+    into rules: small models often see what went wrong but do not act on it unprompted.
+    """
     hint = RETRY_HINTS.get(reason)
     if hint is None:  # truncated: same request, more tokens
         return messages
+    text = hint.format(open=OPEN_TAG, close=CLOSE_TAG)
+    found = lessons(raw)
+    if reason == "unchanged" and found:
+        listed = "\n".join(f"- {x}" for x in found)
+        text = ("That is (nearly) the same as the current instruction, so the assistant would fail again in the "
+                f"same way. Write the instruction again, and this time turn your lessons into explicit rules in "
+                f"it (in general terms, not about these examples only):\n{listed}\n"
+                f"Put the new instruction between {OPEN_TAG} and {CLOSE_TAG}.")
     return [*messages, {"role": "assistant", "content": clip(raw, 1500) or "(empty)"},
-            {"role": "user", "content": hint.format(open=OPEN_TAG, close=CLOSE_TAG)}]
+            {"role": "user", "content": text}]
 
 
 @dataclass(frozen=True)
