@@ -75,12 +75,12 @@ def test_truncated_proposal_is_retried_with_more_tokens():
 
 
 @given(budget=st.integers(12, 120), minibatch=st.integers(1, 4), n_val=st.integers(2, 12),
-       noise=st.sampled_from([0.0, 0.5]), seed=st.integers(0, 3))
+       noise=st.sampled_from([0.0, 0.5]), seed=st.integers(0, 3), per_round=st.sampled_from([1, 3]))
 @settings(max_examples=40, deadline=None)
-def test_budget_is_never_exceeded(budget, minibatch, n_val, noise, seed):
+def test_budget_is_never_exceeded(budget, minibatch, n_val, noise, seed, per_round):
     task = sim.task(n_train=8, n_val=n_val, kinds=5)
     result = run(task=task, reflection=sim.SimReflectionLM(noise=noise, seed=seed), budget=max(budget, n_val),
-                 minibatch_size=minibatch, seed=seed)
+                 minibatch_size=minibatch, seed=seed, proposals_per_round=per_round)
     assert result.rollouts_used <= max(budget, n_val)
     # every paid rollout is kept: the count equals the distinct (candidate, example) pairs evaluated
     assert result.ledger.roles["task"].calls == result.rollouts_used
@@ -99,6 +99,14 @@ def test_concurrency_does_not_change_the_result():
     a = run(task_lm=lat, budget=100, seed=2, max_concurrency=1)
     b = run(task_lm=sim.SimTaskLM(latency=0.001), budget=100, seed=2, max_concurrency=16)
     assert fingerprint(a) == fingerprint(b)
+
+
+def test_concurrent_proposal_rounds_are_deterministic_and_reach_the_optimum():
+    runs = [run(task_lm=sim.SimTaskLM(latency=lat), reflection=sim.SimReflectionLM(noise=0.3, latency=lat),
+                budget=200, seed=9, proposals_per_round=4, max_concurrency=c)
+            for lat, c in ((0.0, 1), (0.002, 16), (0.001, 4))]
+    assert fingerprint(runs[0]) == fingerprint(runs[1]) == fingerprint(runs[2])
+    assert runs[0].best_score == 1.0
 
 
 def test_a_raising_program_or_metric_is_a_failed_rollout():

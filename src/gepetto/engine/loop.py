@@ -57,6 +57,7 @@ class EngineConfig:
     target_score: float | None = None
     stop_file: str | None = None
     max_idle_iterations: int = 10  # stop when this many iterations in a row spend no rollout
+    proposals_per_round: int = 1  # >1 tries several proposals at once (faster against parallel LM APIs)
 
 
 @dataclass
@@ -105,6 +106,17 @@ class _OutOfBudget(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """A proposal decided but not yet tried: which parent, which component, which minibatch, worst cost."""
+
+    iteration: int
+    parent_idx: int
+    component: str
+    batch: list[Example]
+    cost: int
+
+
 class Engine:
     """Runs one optimisation. Construct, then `await engine.run()`; `request_stop()` ends it gracefully."""
 
@@ -138,6 +150,7 @@ class Engine:
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None
         self._tried: set[str] = set()  # ids of every child ever proposed (never pay twice for one text)
+        self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
         self._since_improvement = 0
 
@@ -163,13 +176,10 @@ class Engine:
                 if reason:
                     self._stop_reason = reason
                     break
-                st.iteration += 1
-                rng = random.Random(f"{cfg.seed}:{st.iteration}")
                 before = st.rollouts_used
                 best_before = st.best().mean
                 merging = cfg.use_merge and st.merges_due > 0 and st.merges_done < cfg.max_merges
-                step = self._merge_step(rng) if merging else self._reflective_step(rng)
-                await self._guarded(step)
+                await self._guarded(self._merge_step() if merging else self._reflective_round())
                 self._idle = 0 if st.rollouts_used > before else self._idle + 1
                 self._since_improvement = 0 if st.best().mean > best_before else self._since_improvement + 1
                 self.on_event("iteration", self._progress())
@@ -194,48 +204,84 @@ class Engine:
         finally:
             self._current = None
 
-    async def _reflective_step(self, rng: random.Random) -> None:
-        cfg, st = self.config, self.state
+    def _rng(self) -> random.Random:
+        """A fresh iteration: its own RNG, derived from the seed and the iteration number only."""
+        self.state.iteration += 1
+        return random.Random(f"{self.config.seed}:{self.state.iteration}")
+
+    def _plan_proposal(self) -> _Plan:
+        """Choose parent, component and minibatch (sequential decisions, so rounds stay deterministic)."""
+        st = self.state
+        rng = self._rng()
         parent_idx = st.archive.sample(rng)
         parent = st.records[parent_idx].candidate
         turn = st.next_component.get(parent_idx, 0)
         st.next_component[parent_idx] = turn + 1
-        component = self.components[turn % len(self.components)]
         batch = self._next_minibatch(parent)
         unknown = sum(st.known(parent, e.id) is None for e in batch)
-        self._afford(unknown + len(batch) + len(self.valset), "next proposal")
-        self.on_event("phase", {"phase": "minibatch", "candidate": parent_idx, "component": component})
-        parent_runs = await self._evaluate(parent, batch)
+        return _Plan(st.iteration, parent_idx, self.components[turn % len(self.components)], batch,
+                     unknown + len(batch) + len(self.valset))
+
+    async def _reflective_round(self) -> None:
+        """Plan up to `proposals_per_round` proposals, try them concurrently, add the accepted ones in order.
+
+        The budget for every planned proposal's worst case is set aside before any of them starts, so a
+        round never overspends; results are committed in plan order, so timing never changes the outcome.
+        """
+        cfg, st = self.config, self.state
+        plans: list[_Plan] = []
+        reserved = 0
+        for _ in range(cfg.proposals_per_round):
+            plan = self._plan_proposal()
+            if reserved + plan.cost > st.remaining:
+                if not plans:
+                    self._afford(plan.cost, "next proposal")
+                break
+            reserved += plan.cost
+            plans.append(plan)
+        outcomes = await asyncio.gather(*(self._try_proposal(p) for p in plans))
+        for plan, outcome in zip(plans, outcomes, strict=True):
+            if outcome is not None:
+                child, scores = outcome
+                self._commit(child, (plan.parent_idx,), "reflection", plan.component, scores, plan.iteration)
+                if cfg.use_merge:
+                    st.merges_due += 1
+
+    async def _try_proposal(self, plan: _Plan) -> tuple[Candidate, dict[str, float]] | None:
+        """Minibatch, reflection, child minibatch and, if better, validation: the child's scores or None."""
+        cfg, st = self.config, self.state
+        parent = st.records[plan.parent_idx].candidate
+        self.on_event("phase", {"phase": "minibatch", "candidate": plan.parent_idx, "component": plan.component})
+        parent_runs = await self._evaluate(parent, plan.batch)
         if all(r.score.value >= cfg.perfect_score for r in parent_runs):
             st.proposals["skipped: parent perfect on minibatch"] += 1
-            return
-        examples = reflective_examples(parent_runs, component)
+            return None
+        examples = reflective_examples(parent_runs, plan.component)
         if not examples:
             st.proposals["skipped: component not called"] += 1
-            return
-        text = await self._propose(parent[component], examples)
+            return None
+        text = await self._propose(parent[plan.component], examples, plan.iteration)
         if text is None:
-            return
-        child = parent.replace(component, text)
+            return None
+        child = parent.replace(plan.component, text)
         if child.id in self._tried:
             st.proposals["rejected: already tried"] += 1
-            return
+            return None
         self._tried.add(child.id)
-        child_runs = await self._evaluate(child, batch)
+        child_runs = await self._evaluate(child, plan.batch)
         before, after = sum(r.score.value for r in parent_runs), sum(r.score.value for r in child_runs)
         accepted = after > before if cfg.accept == "strict" else after >= before
-        self.on_event("proposal", {"parent": parent_idx, "component": component, "text": text,
+        self.on_event("proposal", {"parent": plan.parent_idx, "component": plan.component, "text": text,
                                    "minibatch_before": before, "minibatch_after": after, "accepted": accepted})
         if not accepted:
             st.proposals["rejected: not better on minibatch"] += 1
-            return
+            return None
         st.proposals["accepted"] += 1
-        await self._add_candidate(child, (parent_idx,), "reflection", component)
-        if cfg.use_merge:
-            st.merges_due += 1
+        return child, await self._validate(child, "reflection")
 
-    async def _merge_step(self, rng: random.Random) -> None:
+    async def _merge_step(self) -> None:
         cfg, st = self.config, self.state
+        rng = self._rng()
         st.merges_due -= 1
         means = [r.mean for r in st.records]
         found = find_merge(st.archive.front, [r.candidate for r in st.records],
@@ -259,9 +305,9 @@ class Engine:
         self.on_event("merge", {"parents": (i, j), "subsample_score": got, "bar": bar, "accepted": accepted})
         st.proposals["merge accepted" if accepted else "merge rejected"] += 1
         if accepted:
-            await self._add_candidate(child, (i, j), "merge", None)
+            self._commit(child, (i, j), "merge", None, await self._validate(child, "merge"), st.iteration)
 
-    async def _propose(self, current: str, examples: list[ReflectionExample]) -> str | None:
+    async def _propose(self, current: str, examples: list[ReflectionExample], iteration: int) -> str | None:
         """Ask the reflection LM for a new text; vet each answer and retry a bounded number of times."""
         cfg, st = self.config, self.state
         self.on_event("phase", {"phase": "reflection"})
@@ -270,7 +316,7 @@ class Engine:
         temps = list(cfg.reflection_temperatures) or [0.0]
         for attempt in range(cfg.reflection_attempts):
             params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": max_tokens,
-                      "seed": cfg.seed * 100_003 + st.iteration * 10 + attempt, "stop": [CLOSE_TAG]}
+                      "seed": cfg.seed * 100_003 + iteration * 10 + attempt, "stop": [CLOSE_TAG]}
             try:
                 out = await self.reflection_lm.complete(messages, **params)
             except Exception as exc:  # a flaky reflection LM costs an attempt, not the run
@@ -298,15 +344,30 @@ class Engine:
             key = (candidate.id, ex.id)
             if key in st.rollouts:
                 return st.rollouts[key]
-            run = store.get(*key) if store is not None else None
-            if run is None:
-                async with sem:
-                    run = await run_rollout(self.program, self.metric, candidate, ex, self.task_lm,
-                                            self.config.task_lm_params)
-                if store is not None:
-                    store.put(candidate, ex.id, run)
-            st.rollouts[key] = run
-            st.rollouts_used += 1
+            if key in self._inflight:  # the same pair is being run by a concurrent step: share its result
+                return await asyncio.shield(self._inflight[key])
+            future = asyncio.get_running_loop().create_future()
+            self._inflight[key] = future
+            try:
+                run = store.get(*key) if store is not None else None
+                if run is None:
+                    async with sem:
+                        run = await run_rollout(self.program, self.metric, candidate, ex, self.task_lm,
+                                                self.config.task_lm_params)
+                    if store is not None:
+                        store.put(candidate, ex.id, run)
+                st.rollouts[key] = run
+                st.rollouts_used += 1
+                future.set_result(run)
+            except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(exc)
+                    future.exception()  # mark it retrieved: nobody may be waiting
+                raise
+            finally:
+                del self._inflight[key]
             self.on_event("rollout", {"candidate": candidate.id, "example": ex.id, "score": run.score.value,
                                       "error": run.error, "used": st.rollouts_used, "budget": st.budget})
             return run
@@ -316,12 +377,20 @@ class Engine:
     async def _add_candidate(
         self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None
     ) -> None:
-        st = self.state
-        self._afford(sum(st.known(candidate, e.id) is None for e in self.valset), "validation")
+        self._commit(candidate, parents, origin, component, await self._validate(candidate, origin),
+                     self.state.iteration)
+
+    async def _validate(self, candidate: Candidate, origin: str) -> dict[str, float]:
+        """Scores on the whole validation set (its cost was set aside when the step was planned)."""
         self.on_event("phase", {"phase": "validation", "origin": origin})
         runs = await self._evaluate(candidate, self.valset)
-        record = CandidateRecord(len(st.records), candidate, parents, origin, st.iteration, component,
-                                 {r.example_id: r.score.value for r in runs}, st.rollouts_used)
+        return {r.example_id: r.score.value for r in runs}
+
+    def _commit(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
+                scores: dict[str, float], iteration: int) -> None:
+        st = self.state
+        record = CandidateRecord(len(st.records), candidate, parents, origin, iteration, component, scores,
+                                 st.rollouts_used)
         st.add_record(record)
         self._tried.add(candidate.id)
         self.on_event("candidate", {"record": record, "best": st.best().mean, "front": st.archive.front})
