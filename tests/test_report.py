@@ -7,6 +7,7 @@ import itertools
 import json
 import random
 import re
+import time
 from html.parser import HTMLParser
 from typing import Any
 
@@ -183,6 +184,21 @@ def _no_network(page: str) -> None:
     assert "http://" not in page and "https://" not in page
 
 
+def _apply_ops(old: str, ops: list) -> str:
+    """Replay diff ops the way the page's script does (offsets in UTF-16 units); must give the new text."""
+    units, pos, out = old.encode("utf-16-le"), 0, []
+    for op in ops:
+        if op[0] == "+":
+            out.append(op[1])
+            continue
+        seg = units[2 * pos: 2 * (pos + op[1])].decode("utf-16-le")
+        pos += op[1]
+        if op[0] == "=":
+            out.append(seg)
+    assert pos * 2 == len(units)
+    return "".join(out)
+
+
 # ---- tests ----------------------------------------------------------------------------------------
 
 
@@ -266,19 +282,6 @@ def test_embedded_diffs_match_texts() -> None:
     by = {c["i"]: c for c in data["candidates"]}
     strings = data["strings"]
 
-    def apply(old: str, ops: list) -> str:  # replays ops the way the page's script does, in UTF-16 units
-        units, pos, out = old.encode("utf-16-le"), 0, []
-        for op in ops:
-            if op[0] == "+":
-                out.append(op[1])
-                continue
-            seg = units[2 * pos: 2 * (pos + op[1])].decode("utf-16-le")
-            pos += op[1]
-            if op[0] == "=":
-                out.append(seg)
-        assert pos * 2 == len(units)
-        return "".join(out)
-
     for c in data["candidates"]:
         for comp, d in (c.get("d") or {}).items():
             old = strings[by[d["vs"]]["t"][comp]]
@@ -286,7 +289,7 @@ def test_embedded_diffs_match_texts() -> None:
             if d.get("same"):
                 assert old == new
             else:
-                assert apply(old, d["ops"]) == new
+                assert _apply_ops(old, d["ops"]) == new
     c1 = by[1]["d"]
     assert c1["format"] == {"vs": 0, "same": True}
     assert c1["instruction"]["add"] == 4 and c1["instruction"]["rem"] == 0
@@ -307,9 +310,13 @@ def test_word_diff_reads_as_words() -> None:
     assert word_diff("\U0001F600 a", "\U0001F600 b") == [["=", 3], ["-", 1], ["+", "b"]]
     # very long texts fall back to a line diff instead of quadratic work
     old = "\n".join(f"line {i} " + "w " * 30 for i in range(300))
-    new = old.replace("line 150 ", "line 150 changed ")
+    new = old.replace("line 0 ", "line 0 changed ").replace("line 299 ", "line 299 changed ")
+    t0 = time.perf_counter()
     ops = word_diff(old, new)
-    assert sum(1 for op in ops if op[0] == "+") == 1
+    assert time.perf_counter() - t0 < 1.0
+    assert _apply_ops(old, ops) == new
+    inserted = [op[1] for op in ops if op[0] == "+"]
+    assert len(inserted) == 2 and all("changed " in t and t.count("\n") <= 1 for t in inserted)
 
 
 def test_real_sim_run_report(tmp_path) -> None:
@@ -361,8 +368,6 @@ def test_degenerate_snapshots_render() -> None:
 
 
 def test_big_pool_renders_quickly() -> None:
-    import time
-
     snap = big_snapshot(300, n_val=100)
     t0 = time.perf_counter()
     page = render_report(snap)
@@ -381,3 +386,32 @@ def test_status_badge(status: str) -> None:
     assert m is not None
     assert m.group(2) == status.replace("<", "&lt;").replace(">", "&gt;")
     assert m.group(1) == (f"status-{status}" if status.isalpha() else "status-other")
+
+
+def test_report_from_the_run_store(tmp_path) -> None:
+    """The snapshot the run store produces (unfinished, then finished) renders, with the stored sample outputs."""
+    from gepetto.store.snapshot import run_snapshot
+    from gepetto.store.sqlite import RunStore, StoredRollouts
+
+    t = sim.task(components=2, kinds=6)
+    store = RunStore(tmp_path / "runs.sqlite")
+    store.create_run("r", {"task": "sim", "task_lm": "sim", "reflection_lm": "sim", "budget": 200}, seed=2)
+    store.put_examples("r", "val", list(t.valset))
+
+    def record(kind: str, data: dict[str, Any]) -> None:
+        if kind == "candidate":
+            store.put_candidate("r", data["record"])
+
+    engine = gepetto.build_engine(t.seed_candidate, t.trainset, t.metric, valset=t.valset, program=t.program,
+                                  task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(forget=True, max_rules=2),
+                                  rollout_store=StoredRollouts(store, "r"), on_event=record, budget=200, seed=2)
+    result = gepetto.run_engine(engine)
+    partial = render_report(run_snapshot(store, "r"))  # no result stored yet: rebuilt from the candidates
+    assert "(unfinished)" in partial and partial.count('<g class="node ') == len(result.candidates)
+    store.finish_run("r", "finished", result.to_dict())
+    snap = run_snapshot(store, "r")
+    page = render_report(snap)
+    _no_network(page)
+    assert snap["samples"] and page.count('<div class="sample">') == len(snap["samples"])
+    assert all(text in page for text in result.best_candidate.values())
+    assert result.stop_reason in page

@@ -92,8 +92,8 @@ def _utf16_len(text: str) -> int:
 
 # ---- diffs ----------------------------------------------------------------------------------------
 
-_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
-_MAX_WORK = 4_000_000  # token pairs; beyond this diff by lines (difflib is quadratic in the worst case)
+_TOKEN = re.compile(r"\w+\s*|[^\w\s]\s*|\s+")  # a word or sign with the spaces after it
+_MAX_WORK = 1_000_000  # token pairs; beyond this diff by lines (difflib is quadratic in the worst case)
 
 
 def word_diff(old: str, new: str) -> list[list[Any]]:
@@ -103,18 +103,32 @@ def word_diff(old: str, new: str) -> list[list[Any]]:
     folded into the change, so a rewritten sentence reads as one deletion and one insertion.
     """
     a, b = _TOKEN.findall(old), _TOKEN.findall(new)
-    if len(a) * len(b) > _MAX_WORK:
-        a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-        if len(a) * len(b) > _MAX_WORK:
-            a, b = [old], [new]
-    blocks: list[tuple[str, str, str]] = []  # (tag, old text, new text)
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        blocks.append((tag, "".join(a[i1:i2]), "".join(b[j1:j2])))
+    # the common head and tail cost nothing to find and are most of an evolved prompt
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    ma, mb = a[head: len(a) - tail], b[head: len(b) - tail]
+    if len(ma) * len(mb) > _MAX_WORK:
+        ma, mb = "".join(ma).splitlines(keepends=True), "".join(mb).splitlines(keepends=True)
+        if len(ma) * len(mb) > _MAX_WORK:
+            ma, mb = ["".join(ma)], ["".join(mb)]
+    blocks: list[tuple[str, str, str]] = [("equal", "".join(a[:head]), "")] if head else []  # (tag, old, new)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ma, mb, autojunk=False).get_opcodes():
+        blocks.append((tag, "".join(ma[i1:i2]), "".join(mb[j1:j2])))
+    if tail:
+        blocks.append(("equal", "".join(a[len(a) - tail:]), ""))
+    blocks = [blk for blk in blocks if blk[1] or blk[2]]
     merged: list[tuple[str, str, str]] = []
     for k, (tag, x, y) in enumerate(blocks):
         between = 0 < k < len(blocks) - 1 and blocks[k - 1][0] != "equal" and blocks[k + 1][0] != "equal"
-        if tag == "equal" and between and (x.isspace() or len(x) <= 1):
-            tag = "replace"
+        if tag == "equal" and between:
+            around = min(len(blocks[k - 1][1]) + len(blocks[k - 1][2]),
+                         len(blocks[k + 1][1]) + len(blocks[k + 1][2]))
+            if not re.search(r"\w", x) or 4 * len(x) <= around:  # a sign or a short word amid big changes
+                tag, y = "replace", x
         if merged and tag != "equal" and merged[-1][0] != "equal":
             _, px, py = merged[-1]
             merged[-1] = ("replace", px + x, py + y)
