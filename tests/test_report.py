@@ -302,12 +302,13 @@ def test_embedded_diffs_match_texts() -> None:
 def test_word_diff_reads_as_words() -> None:
     ops = word_diff("Answer the question briefly.", "Answer the whole question in detail.")
     inserted = [op[1] for op in ops if op[0] == "+"]
-    assert "whole " in inserted
+    assert " whole" in inserted
     assert any("in detail" in t for t in inserted)
     assert word_diff("same", "same") == [["=", 4]]
     assert word_diff("", "new text") == [["+", "new text"]]
     # astral characters count as two UTF-16 units, as in JavaScript
-    assert word_diff("\U0001F600 a", "\U0001F600 b") == [["=", 3], ["-", 1], ["+", "b"]]
+    assert word_diff("\U0001F600 a", "\U0001F600 b") == [["=", 2], ["-", 2], ["+", " b"]]
+    assert word_diff("Answer.", "Answer. Apply rule-2.") == [["=", 7], ["+", " Apply rule-2."]]
     # very long texts fall back to a line diff instead of quadratic work
     old = "\n".join(f"line {i} " + "w " * 30 for i in range(300))
     new = old.replace("line 0 ", "line 0 changed ").replace("line 299 ", "line 299 changed ")
@@ -316,7 +317,7 @@ def test_word_diff_reads_as_words() -> None:
     assert time.perf_counter() - t0 < 1.0
     assert _apply_ops(old, ops) == new
     inserted = [op[1] for op in ops if op[0] == "+"]
-    assert len(inserted) == 2 and all("changed " in t and t.count("\n") <= 1 for t in inserted)
+    assert len(inserted) == 2 and all("changed" in t and t.count("\n") <= 1 for t in inserted)
 
 
 def test_real_sim_run_report(tmp_path) -> None:

@@ -126,10 +126,14 @@ def test_sim_run_in_browser(tmp_path: Path) -> None:
     panel = _text(_panel(dom))
     for text in child["texts"].values():
         assert text in panel
-    ins = [_text(d) for d in re.findall(r'<ins class="d-ins">(.*?)</ins>', _panel(dom), re.S)]
-    parent = cands[child["parents"][0]]["texts"][child["component"]]
-    added = child["texts"][child["component"]].replace(parent, "").strip()
-    assert ins and all(part.strip() in added for part in ins)
+    # the diff of the changed component: without deletions it reads as the new text, without insertions as the old
+    comp = child["component"]
+    block = re.search(rf'<div class="comp" data-comp="{comp}">.*?<pre class="diff textbox comp-diff">(.*?)</pre>',
+                      _panel(dom), re.S)
+    assert block is not None and "<ins" in block.group(1)
+    diff = block.group(1)
+    assert _text(re.sub(r"<del[^>]*>.*?</del>", "", diff, flags=re.S)) == child["texts"][comp]
+    assert _text(re.sub(r"<ins[^>]*>.*?</ins>", "", diff, flags=re.S)) == cands[child["parents"][0]]["texts"][comp]
 
 
 def test_large_pool_and_unknown_hash(tmp_path: Path) -> None:

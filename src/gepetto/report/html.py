@@ -92,7 +92,7 @@ def _utf16_len(text: str) -> int:
 
 # ---- diffs ----------------------------------------------------------------------------------------
 
-_TOKEN = re.compile(r"\w+\s*|[^\w\s]\s*|\s+")  # a word or sign with the spaces after it
+_TOKEN = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")  # a word or sign with the spaces before it
 _MAX_WORK = 1_000_000  # token pairs; beyond this diff by lines (difflib is quadratic in the worst case)
 
 
