@@ -216,7 +216,7 @@ def test_hand_snapshot_sections_and_values() -> None:
     assert "$0.0123" in page and "30.2" in page
     # proposals with counts
     assert "rejected: not better on minibatch" in page and "merge accepted" in page
-    assert "3 of 7 tested on a minibatch accepted" in page
+    assert "3 of 7 proposals tested on a minibatch were accepted" in page
     # samples: both outputs, gold and feedback side by side
     assert "Wrong: expected Paris." in page and "Paris" in page and "Ada" in page
     assert "(empty output)" in page  # the seed's empty answer on val-d is said, not shown as a blank box

@@ -36,7 +36,8 @@ nav.toc a:hover { text-decoration: underline; }
 .status-other { background: #eceef2; color: #444; }
 .meta { display: flex; flex-wrap: wrap; gap: 4px 18px; margin-top: 6px; color: var(--muted); font-size: 13px; }
 .meta b { color: var(--ink); font-weight: 600; }
-.stats { display: grid; grid-template-columns: repeat(auto-fit, minmax(170px, 1fr)); gap: 10px; margin-top: 14px; }
+.stats { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(170px, 100%), 1fr)); gap: 10px;
+  margin-top: 14px; }
 .stat { border: 1px solid var(--line); border-radius: 8px; padding: 9px 12px; background: #fbfcfd; }
 .stat .k { font-size: 12px; color: var(--muted); }
 .stat .v { font-size: 19px; font-weight: 650; margin-top: 2px; word-break: break-word; }
@@ -48,7 +49,7 @@ nav.toc a:hover { text-decoration: underline; }
 details.config summary { cursor: pointer; color: var(--muted); font-size: 13px; margin-top: 10px; }
 details.config pre { background: #f7f8fa; border: 1px solid var(--line); border-radius: 6px; padding: 10px;
   max-height: 320px; overflow: auto; margin-top: 6px; }
-.best-grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 12px; }
+.best-grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(320px, 100%), 1fr)); gap: 12px; }
 .textbox { background: #f7f8fa; border: 1px solid var(--line); border-radius: 6px; padding: 9px 11px;
   max-height: 340px; overflow: auto; }
 .comp-label { font-family: var(--mono); font-size: 12px; font-weight: 600; color: #344054; }
@@ -57,7 +58,7 @@ button { font: inherit; font-size: 12px; border: 1px solid #cfd4dc; background: 
 button:hover { background: #f0f2f5; }
 button.on { background: #1f2430; color: #fff; border-color: #1f2430; }
 .lineage { display: grid; grid-template-columns: minmax(0, 1.45fr) minmax(330px, 1fr); gap: 14px; }
-@media (max-width: 980px) { .lineage { grid-template-columns: 1fr; } }
+@media (max-width: 980px) { .lineage { grid-template-columns: minmax(0, 1fr); } }
 .tree-tools { display: flex; align-items: center; gap: 6px; flex-wrap: wrap; margin-bottom: 8px; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; color: var(--muted); align-items: center; }
 .legend svg { vertical-align: middle; }
@@ -101,7 +102,7 @@ svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, san
 .tree .nscore { font-size: 10px; fill: #475467; text-anchor: middle; pointer-events: none; }
 .tree .node.best .nscore { fill: #8a5a00; font-weight: 700; }
 .two { display: grid; grid-template-columns: minmax(0, 1.35fr) minmax(0, 1fr); gap: 14px; }
-@media (max-width: 980px) { .two { grid-template-columns: 1fr; } .two > .card { margin: 7px 0; } }
+@media (max-width: 980px) { .two { grid-template-columns: minmax(0, 1fr); } .two > .card { margin: 7px 0; } }
 .two > .card { margin: 0; }
 .chart .axis { stroke: #98a2b3; stroke-width: 1; }
 .chart .grid { stroke: #eceef2; stroke-width: 1; }
@@ -117,6 +118,7 @@ svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, san
 .chart .pt.best { fill: var(--best); opacity: 1; stroke: #1f2430; stroke-width: 1.4; }
 .chart .pt.selected { stroke: #1f2430; stroke-width: 2.4; opacity: 1; }
 table { border-collapse: collapse; }
+.table-wrap { overflow-x: auto; }
 table.data { width: 100%; font-size: 13px; }
 table.data th, table.data td { padding: 5px 9px; border-bottom: 1px solid var(--line); text-align: right;
   white-space: nowrap; }
@@ -144,7 +146,7 @@ table.heat th.selected { color: var(--accent); text-decoration: underline; }
 .sample { border: 1px solid var(--line); border-radius: 8px; margin: 12px 0; overflow: hidden; }
 .sample-head { display: flex; gap: 12px; align-items: center; flex-wrap: wrap; padding: 8px 12px;
   background: #f7f8fa; border-bottom: 1px solid var(--line); }
-.sample-io { display: grid; grid-template-columns: 1fr 1fr; gap: 0; }
+.sample-io { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 0; }
 .sample-io > div { padding: 10px 12px; min-width: 0; }
 .sample-io > div + div { border-left: 1px solid var(--line); }
 .sample .lbl { font-size: 11.5px; text-transform: uppercase; letter-spacing: .04em; color: var(--muted);
@@ -158,7 +160,7 @@ table.heat th.selected { color: var(--accent); text-decoration: underline; }
 #js-error { background: #fde0de; color: #8a1c12; border: 1px solid #f7bdb8; border-radius: 8px; padding: 8px 12px;
   margin: 10px 0; }
 footer { color: var(--muted); font-size: 12px; margin-top: 20px; text-align: center; }
-@media (max-width: 760px) { .sample-io { grid-template-columns: 1fr; }
+@media (max-width: 760px) { .sample-io { grid-template-columns: minmax(0, 1fr); }
   .sample-io > div + div { border-left: 0; border-top: 1px solid var(--line); } }
 """
 
@@ -406,6 +408,9 @@ JS = r"""
       select(start, false);
       scrollToNode(start);
     }
+    // layout diagnostics for tests: a page wider than the window means something overflows
+    document.body.dataset.pageWidth = String(document.documentElement.scrollWidth);
+    document.body.dataset.viewWidth = String(document.documentElement.clientWidth);
     document.body.dataset.ready = "1";
   }
 

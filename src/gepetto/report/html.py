@@ -467,10 +467,12 @@ def _proposals_section(view: _View) -> str:
                         f'<span class="pbar {kind}" style="width:{100 * v / top:.1f}%"></span></td></tr>')
         total = sum(props.values())
         acc, lost = props.get("accepted", 0), props.get("rejected: not better on minibatch", 0)
-        rate = f"{_int(acc)} of {_int(acc + lost)} tested on a minibatch accepted" if acc + lost else ""
-        body = (f'<table class="data"><thead><tr><th>outcome</th><th>count</th><th></th></tr></thead>'
+        rate = (f'<p class="muted small">{_int(acc)} of {_int(acc + lost)} proposals tested on a minibatch were '
+                f'accepted.</p>' if acc + lost else "")
+        body = (f'<div class="table-wrap"><table class="data"><thead><tr><th>outcome</th><th>count</th><th></th>'
+                f'</tr></thead>'
                 f'<tbody>{"".join(rows)}</tbody><tfoot><tr class="total"><td>total</td><td>{_int(total)}</td>'
-                f'<td class="muted small">{rate}</td></tr></tfoot></table>')
+                f'<td></td></tr></tfoot></table></div>{rate}')
     return f'<section class="card" id="proposals"><h2>Proposals</h2><div class="sub">What became of each ' \
            f'reflection and merge attempt.</div>{body}</section>'
 
@@ -546,9 +548,10 @@ def _ledger_section(view: _View) -> str:
         notes.insert(0, "\u2248: some calls reported no usage, so their tokens were estimated from the text length.")
     return ('<section class="card" id="ledger"><h2>Costs (ledger per role)</h2><div class="sub">LM seconds add up '
             'over concurrent calls, so they can exceed the wall time.</div>'
-            '<table class="data"><thead><tr><th>role</th><th>calls</th><th>tokens in</th><th>tokens out</th>'
+            '<div class="table-wrap"><table class="data"><thead><tr><th>role</th><th>calls</th><th>tokens in</th>'
+            '<th>tokens out</th>'
             '<th>seconds</th><th>cost</th><th>cached</th><th>errors</th><th>estimated</th></tr></thead>'
-            f'<tbody>{rows}</tbody></table><p class="muted small">{_e(" ".join(notes))}</p></section>')
+            f'<tbody>{rows}</tbody></table></div><p class="muted small">{_e(" ".join(notes))}</p></section>')
 
 
 def _badge(value: Any) -> str:
