@@ -15,6 +15,7 @@ class RoleUsage:
     output_tokens: int = 0
     seconds: float = 0.0
     errors: int = 0
+    retries: int = 0  # extra attempts HTTP backends made (429, 5xx, timeouts, dropped connections)
     cached_calls: int = 0
     estimated_tokens: bool = False  # True when some call had no usage and its tokens were estimated
     cost: float = 0.0
@@ -38,10 +39,12 @@ class Ledger:
         estimated: bool = False,
         cached: bool = False,
         error: bool = False,
+        retries: int = 0,
     ) -> None:
         u = self.roles.setdefault(role, RoleUsage())
         u.calls += 1
         u.errors += int(error)
+        u.retries += retries
         u.cached_calls += int(cached)
         if cached:  # a replayed answer costs nothing
             return
@@ -56,7 +59,8 @@ class Ledger:
     def total(self) -> RoleUsage:
         t = RoleUsage()
         for u in self.roles.values():
-            for k in ("calls", "input_tokens", "output_tokens", "seconds", "errors", "cached_calls", "cost"):
+            for k in ("calls", "input_tokens", "output_tokens", "seconds", "errors", "retries", "cached_calls",
+                      "cost"):
                 setattr(t, k, getattr(t, k) + getattr(u, k))
             t.estimated_tokens |= u.estimated_tokens
         return t

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,7 +79,20 @@ class Context:
         self.trace.append(TraceEntry(component, render_messages(rest), out.text, out.finish_reason))
         if out.finish_reason == "error":
             raise LMError(out.text or "the LM returned an error")
+        check_answer(component, out.text, {**self.lm_params, **params})
         return out.text
+
+
+def check_answer(component: str, text: str, params: Mapping[str, Any]) -> None:
+    """Garbage from the LM fails the rollout with a clear line: an empty answer, or invalid JSON when JSON was asked."""
+    if not text.strip():
+        raise LMError(f"the LM gave an empty answer for component {component!r}")
+    if params.get("response_format") is not None:
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LMError(f"component {component!r} asked for JSON but the LM answered invalid JSON ({exc.msg} at "
+                          f"char {exc.pos}): {text[:120]!r}") from None
 
 
 @dataclass

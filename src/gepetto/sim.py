@@ -65,7 +65,8 @@ class SimReflectionLM:
         self.calls += 1
         if self.latency:
             await asyncio.sleep(self.latency)
-        prompt = messages[-1]["content"]
+        # the reflection prompt; on a retry it is followed by the rejected answer and a hint
+        prompt = next(m["content"] for m in messages if "<current_instruction>" in m.get("content", ""))
         current = prompt.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
         rng = random.Random(f"{self.seed}:{params.get('seed')}:{len(messages)}")
         if rng.random() < self.noise:

@@ -26,10 +26,15 @@ class Completion:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str = "stop"  # "stop", "length" (truncated), "error", ...
     cached: bool = False
+    attempts: int = 1  # HTTP backends: 1 + the number of retries it took
 
 
 class LMError(RuntimeError):
-    """An LM call failed for good (after the backend's own retries)."""
+    """An LM call failed for good (after the backend's own retries, counted in `attempts`)."""
+
+    def __init__(self, message: str, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.attempts = attempts
 
 
 @runtime_checkable
@@ -39,6 +44,15 @@ class LM(Protocol):
     name: str
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion: ...
+
+
+def json_schema_of(response_format: Any) -> dict[str, Any]:
+    """The JSON schema in a `response_format` param: a bare schema, or {"schema": ...} / {"json_schema": ...}."""
+    if not isinstance(response_format, dict):
+        raise TypeError(f"response_format must be a JSON schema (dict), got {type(response_format).__name__}")
+    if isinstance(response_format.get("json_schema"), dict):
+        return response_format["json_schema"].get("schema", {})
+    return response_format.get("schema", response_format)
 
 
 def estimate_tokens(text: str) -> int:
@@ -60,8 +74,9 @@ class MeteredLM:
         t0 = time.perf_counter()
         try:
             out = await self.lm.complete(messages, **params)
-        except Exception:
-            self.ledger.record(self.role, model=self.name, seconds=time.perf_counter() - t0, error=True)
+        except Exception as exc:
+            self.ledger.record(self.role, model=self.name, seconds=time.perf_counter() - t0, error=True,
+                               retries=max(0, getattr(exc, "attempts", 1) - 1))
             raise
         self.ledger.record(
             self.role,
@@ -72,6 +87,7 @@ class MeteredLM:
             estimated=out.usage.estimated,
             cached=out.cached,
             error=out.finish_reason == "error",
+            retries=out.attempts - 1,
         )
         return out
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gepetto.lm.base import Completion, LMError, Message, Usage
+from gepetto.lm.base import Completion, LMError, Message, Usage, json_schema_of
 
 
 @dataclass(frozen=True)
@@ -169,9 +169,8 @@ class LocalLM:
         for key in ("stop", "repeat_penalty", "top_p", "top_k"):
             if params.get(key) is not None:
                 kwargs[key] = params[key]
-        if params.get("response_format"):
-            schema = params["response_format"]
-            kwargs["response_format"] = {"type": "json_object", "schema": schema.get("schema", schema)}
+        if params.get("response_format"):  # a JSON schema: llama.cpp turns it into a grammar
+            kwargs["response_format"] = {"type": "json_object", "schema": json_schema_of(params["response_format"])}
         # stream, so a model caught in a loop (small models at temperature 0 often are) can be stopped early
         parts: list[str] = []
         finish = "stop"

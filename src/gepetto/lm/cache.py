@@ -1,0 +1,89 @@
+"""Response cache on SQLite: the same model, messages and parameters give the stored answer, with no LM call.
+
+Keyed by a sha256 of (model name, messages, parameters). Mode "auto" caches deterministic calls only
+(temperature 0, which is every backend's default here); "always" caches sampled calls too (their `seed`
+parameter is part of the key), which is what makes a resumed run replay its reflection exactly.
+The table lives in the run store's file by default, so a run and its cache travel together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from gepetto.lm.base import LM, Completion, Message, Usage
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS lm_cache (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    text TEXT NOT NULL,
+    finish_reason TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    estimated INTEGER NOT NULL,
+    created REAL NOT NULL
+)
+"""
+
+
+def cache_key(model: str, messages: Sequence[Message], params: dict[str, Any]) -> str:
+    blob = json.dumps({"model": model, "messages": [dict(m) for m in messages], "params": params},
+                      sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class CachedLM:
+    """Wraps an LM with the SQLite response cache at `path`. Errors are never cached."""
+
+    def __init__(self, lm: LM, path: str | Path, mode: Literal["auto", "always"] = "auto") -> None:
+        if mode not in ("auto", "always"):
+            raise ValueError(f"cache mode must be 'auto' or 'always', got {mode!r}")
+        self.lm, self.mode, self.name = lm, mode, lm.name
+        self.hits = self.misses = 0
+        self._lock = threading.Lock()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def cacheable(self, params: dict[str, Any]) -> bool:
+        return self.mode == "always" or float(params.get("temperature") or 0.0) == 0.0
+
+    def get(self, key: str) -> Completion | None:
+        with self._lock:
+            row = self._db.execute("SELECT text, finish_reason, input_tokens, output_tokens, estimated "
+                                   "FROM lm_cache WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        return Completion(row[0], Usage(row[2], row[3], bool(row[4])), row[1], cached=True)
+
+    def put(self, key: str, out: Completion) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO lm_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             (key, self.name, out.text, out.finish_reason, out.usage.input_tokens,
+                              out.usage.output_tokens, int(out.usage.estimated), time.time()))
+
+    async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        if not self.cacheable(params):
+            return await self.lm.complete(messages, **params)
+        key = cache_key(self.name, messages, params)
+        hit = self.get(key)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        self.misses += 1
+        out = await self.lm.complete(messages, **params)
+        if out.finish_reason != "error":
+            self.put(key, out)
+        return out

@@ -1,0 +1,43 @@
+"""Other providers through LiteLLM (extra `gepetto[litellm]`, imported only when such an LM is used).
+
+LiteLLM maps provider errors onto the `openai` exception classes, so the same retry rules apply. Keys come
+from the provider's usual environment variables (ANTHROPIC_API_KEY, ...), read by LiteLLM itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gepetto.lm.base import Completion, LMError, Message
+from gepetto.lm.openai import _completion, response_format_for_openai, translate_error
+from gepetto.lm.remote import RemoteLM
+
+
+class LiteLLMLM(RemoteLM):
+    def __init__(self, model: str, **options: Any) -> None:
+        super().__init__(**options)
+        self.model, self.name = model, f"litellm:{model}"
+        self._litellm: Any = None
+
+    def _module(self) -> Any:
+        if self._litellm is None:
+            try:
+                import litellm
+            except ImportError:
+                raise LMError(f'{self.name}: LiteLLM is not installed: pip install "gepetto[litellm]"') from None
+            self._litellm = litellm
+        return self._litellm
+
+    async def _request(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        import openai
+
+        litellm = self._module()
+        kw = dict(params)
+        if kw.get("response_format") is not None:
+            kw["response_format"] = response_format_for_openai(kw["response_format"])
+        try:
+            resp = await litellm.acompletion(model=self.model, messages=messages, num_retries=0,
+                                             timeout=self.timeout, **kw)
+        except openai.OpenAIError as exc:
+            raise translate_error(exc, self.name) from None
+        return _completion(resp, messages)

@@ -1,0 +1,123 @@
+"""Any OpenAI-compatible chat endpoint (OpenAI, vLLM, llama.cpp server, Ollama, ...) on the `openai` async client.
+
+The API key comes only from the environment (`$OPENAI_API_KEY`, or the variable named by `api_key_env`) and is
+never written anywhere. The client's own retries are off: `RemoteLM` retries with backoff and a shared limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from gepetto.lm.base import Completion, LMError, Message, Usage, estimated_usage, json_schema_of
+from gepetto.lm.remote import RemoteLM, Transient, parse_retry_after
+
+# parameters the chat completions API takes; others (top_k, repeat_penalty) go to self-hosted servers only
+_OPENAI_PARAMS = {"temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
+                  "n", "user", "reasoning_effort"}
+_RETRY_STATUS = {408, 409, 425, 429}
+
+
+def response_format_for_openai(value: Any) -> dict[str, Any] | None:
+    """Our `response_format` (a JSON schema, or an OpenAI response_format dict) as the API wants it."""
+    if value is None:
+        return None
+    if isinstance(value, dict) and value.get("type") in ("json_object", "json_schema", "text"):
+        return value
+    schema = json_schema_of(value)
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+
+
+class OpenAILM(RemoteLM):
+    """An OpenAI-compatible endpoint. `base_url=None` means OpenAI itself (or `$OPENAI_BASE_URL`)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        self.model, self.base_url = model, base_url
+        self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
+        self._hosted = base_url is None and not os.environ.get("OPENAI_BASE_URL")
+        self._api_key_env = api_key_env
+        if self._hosted and not os.environ.get(api_key_env):
+            raise LMError(f"{self.name}: set the API key in the environment variable {api_key_env}")
+        self._client: Any = None
+
+    def _get_client(self) -> Any:
+        if self._client is None:
+            from openai import AsyncOpenAI
+
+            # a self-hosted server usually needs no key, but the client insists on one
+            key = os.environ.get(self._api_key_env) or "not-needed"
+            self._client = AsyncOpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=self.timeout)
+        return self._client
+
+    def _kwargs(self, params: dict[str, Any]) -> dict[str, Any]:
+        kw: dict[str, Any] = {k: v for k, v in params.items() if k in _OPENAI_PARAMS}
+        if params.get("max_tokens") is not None:
+            # OpenAI's newer models accept only max_completion_tokens; self-hosted servers know max_tokens
+            kw["max_completion_tokens" if self._hosted else "max_tokens"] = int(params["max_tokens"])
+        fmt = response_format_for_openai(params.get("response_format"))
+        if fmt is not None:
+            kw["response_format"] = fmt
+        extra = {k: v for k, v in params.items() if k not in _OPENAI_PARAMS | {"max_tokens", "response_format"}}
+        if extra and not self._hosted:
+            kw["extra_body"] = extra
+        return kw
+
+    async def _request(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        import openai
+
+        try:
+            resp = await self._get_client().chat.completions.create(
+                model=self.model, messages=messages, **self._kwargs(params))
+        except openai.OpenAIError as exc:
+            raise translate_error(exc, self.name) from None
+        except json.JSONDecodeError as exc:  # the client parses the body lazily and lets this through
+            raise Transient(f"malformed response body: {exc}") from None
+        return _completion(resp, messages)
+
+
+def translate_error(exc: Exception, name: str) -> Exception:
+    """An `openai` exception (also raised by LiteLLM) as Transient (retry) or LMError (give up now)."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        headers = getattr(exc.response, "headers", None)
+        if status in _RETRY_STATUS or status >= 500:
+            return Transient(f"HTTP {status}: {_short(exc.message)}", parse_retry_after(headers))
+        return LMError(f"{name}: HTTP {status}: {_short(exc.message)}")
+    if isinstance(exc, openai.APITimeoutError):
+        return Transient("the request timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        return Transient(f"connection failed: {_short(exc.__cause__ or exc)}")
+    if isinstance(exc, openai.APIResponseValidationError):
+        return Transient(f"malformed response body: {_short(exc)}")
+    return LMError(f"{name}: {type(exc).__name__}: {_short(exc)}")
+
+
+def _short(text: Any, n: int = 200) -> str:
+    text = str(text)
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def _completion(resp: Any, messages: list[Message]) -> Completion:
+    """A Completion from a chat completion object; a body without choices counts as malformed."""
+    choices = getattr(resp, "choices", None)
+    if not choices or getattr(choices[0], "message", None) is None:
+        raise Transient(f"malformed response body: no choices in {_short(resp)}")
+    choice = choices[0]
+    text = choice.message.content or ""
+    usage = getattr(resp, "usage", None)
+    if usage is not None and getattr(usage, "prompt_tokens", None) is not None:
+        u = Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+    else:
+        u = estimated_usage(messages, text)
+    return Completion(text, u, choice.finish_reason or "stop")

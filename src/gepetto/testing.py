@@ -1,0 +1,149 @@
+"""A small OpenAI-compatible chat server on loopback, for tests and benchmarks of the HTTP backends.
+
+It answers `POST /v1/chat/completions` after a fixed delay, from a responder function, many requests at once
+(one thread each), and can inject faults per model: queued in `faults[model]` and used one per request, e.g.
+`["429:2", "500", "reset", "malformed", "slow:5", "no_choices", "400"]` ("429:2" sends Retry-After: 2).
+It stands in for a hosted API; it is not a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Responder = Callable[[list[dict[str, str]], dict[str, Any]], str]
+
+
+def echo(messages: list[dict[str, str]], body: dict[str, Any]) -> str:
+    return f"echo: {messages[-1].get('content', '')}" if messages else "echo"
+
+
+def sim_responder(task: str = "sim:task", reflection: str = "sim:reflection") -> Responder:
+    """The simulated LMs of `gepetto.sim` behind HTTP: a model name containing "reflection" gets `reflection`."""
+    from gepetto.lm.names import make_lm
+
+    lms = {"task": make_lm(task), "reflection": make_lm(reflection)}
+
+    def respond(messages: list[dict[str, str]], body: dict[str, Any]) -> str:
+        lm = lms["reflection" if "reflection" in body.get("model", "") else "task"]
+        params = {k: v for k, v in body.items() if k not in ("model", "messages")}
+        return asyncio.run(lm.complete(messages, **params)).text
+
+    return respond
+
+
+class FakeOpenAIServer:
+    def __init__(self, responder: Responder = echo, *, delay: float = 0.0, usage: bool = True,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self.responder, self.delay, self.usage = responder, delay, usage
+        self.faults: dict[str, list[str]] = {}
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer((host, port), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> FakeOpenAIServer:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-openai", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _next_fault(self, model: str) -> str:
+        with self._lock:
+            queue = self.faults.get(model)
+            return queue.pop(0) if queue else ""
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:
+                self._send(200, json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode())
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with server._lock:
+                    server.requests.append(body)
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._answer(body)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self, body: dict[str, Any]) -> None:
+                fault = server._next_fault(body.get("model", ""))
+                kind, _, arg = fault.partition(":")
+                if server.delay:
+                    time.sleep(server.delay)
+                if kind == "429":
+                    err = {"error": {"message": "rate limited", "type": "rate_limit"}}
+                    self._send(429, json.dumps(err).encode(), {"Retry-After": arg or "0"})
+                elif kind in ("500", "503", "400", "401"):
+                    self._send(int(kind), json.dumps({"error": {"message": f"fault {kind}"}}).encode())
+                elif kind == "reset":
+                    self.close_connection = True
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    self.connection.close()
+                elif kind == "malformed":
+                    self._send(200, b'{"id": "x", "choices": [ this is not json')
+                elif kind == "no_choices":
+                    self._send(200, json.dumps({"id": "x", "object": "chat.completion", "choices": []}).encode())
+                else:
+                    if kind == "slow":
+                        time.sleep(float(arg or 5))
+                    messages = body.get("messages", [])
+                    text = server.responder(messages, body)
+                    payload: dict[str, Any] = {
+                        "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                        "model": body.get("model", ""),
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                     "finish_reason": "stop"}],
+                    }
+                    if server.usage:
+                        n_in = sum(len(m.get("content", "")) for m in messages) // 4 + 1
+                        payload["usage"] = {"prompt_tokens": n_in, "completion_tokens": len(text) // 4 + 1,
+                                            "total_tokens": n_in + len(text) // 4 + 1}
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up
+                        self._send(200, json.dumps(payload).encode())
+
+        return Handler

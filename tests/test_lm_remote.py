@@ -1,0 +1,304 @@
+"""HTTP backends against a fault-injecting OpenAI-compatible server on loopback; LM names; the response cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+
+import gepetto
+from gepetto.ledger import Ledger
+from gepetto.lm.base import LMError, MeteredLM, ScriptedLM
+from gepetto.lm.cache import CachedLM
+from gepetto.lm.names import make_lm, parse_lm_name
+from gepetto.lm.openai import OpenAILM
+from gepetto.lm.remote import RateLimiter, parse_retry_after
+from gepetto.program import run_rollout, single_instruction
+from gepetto.testing import FakeOpenAIServer
+from gepetto.types import Example, Score
+
+MSG = [{"role": "user", "content": "hello"}]
+
+
+class RecordingLM(OpenAILM):
+    """Records the waits between attempts instead of trusting the clock."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.waits: list[float] = []
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        d = super()._delay(attempt, retry_after)
+        self.waits.append(d if retry_after is None else retry_after)
+        return 0.0 if retry_after is None else min(d, 0.05)  # keep the test fast, remember the wish
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer() as srv:
+        yield srv
+
+
+def lm_for(server: FakeOpenAIServer, model: str = "m", **kw) -> RecordingLM:
+    kw.setdefault("backoff", 0.001)
+    return RecordingLM(model, base_url=server.url, **kw)
+
+
+async def test_plain_call_returns_text_usage_and_finish_reason(server) -> None:
+    out = await lm_for(server).complete(MSG, max_tokens=20)
+    assert out.text == "echo: hello" and out.finish_reason == "stop" and out.attempts == 1
+    assert out.usage.input_tokens > 0 and not out.usage.estimated
+    body = server.requests[-1]
+    assert body["max_tokens"] == 20 and body["temperature"] == 0.0  # deterministic by default
+
+
+async def test_missing_usage_is_estimated_and_marked() -> None:
+    with FakeOpenAIServer(usage=False) as srv:
+        out = await lm_for(srv).complete(MSG)
+    assert out.usage.estimated and out.usage.output_tokens > 0
+
+
+async def test_429_honours_retry_after_then_succeeds(server) -> None:
+    server.faults["m"] = ["429:7", "429:3"]
+    lm = lm_for(server)
+    ledger = Ledger()
+    out = await MeteredLM(lm, ledger, "task").complete(MSG)
+    assert out.text == "echo: hello" and out.attempts == 3
+    assert lm.waits == [7.0, 3.0]  # the server's wishes, in order
+    u = ledger.roles["task"]
+    assert (u.calls, u.retries, u.errors) == (1, 2, 0)
+
+
+@pytest.mark.parametrize("fault", ["500", "503", "reset", "malformed", "no_choices"])
+async def test_transient_faults_are_retried(server, fault: str) -> None:
+    server.faults["m"] = [fault, fault]
+    lm = lm_for(server)
+    out = await lm.complete(MSG)
+    assert out.text == "echo: hello" and out.attempts == 3
+    assert len(lm.waits) == 2
+
+
+async def test_backoff_grows_exponentially_with_jitter(server) -> None:
+    lm = lm_for(server, backoff=1.0, max_backoff=100)
+    delays = [OpenAILM._delay(lm, a, None) for a in range(5)]
+    for a, d in enumerate(delays):
+        assert 0.5 * 2**a <= d <= 2**a
+
+
+async def test_timeout_is_retried_then_recorded_as_error(server) -> None:
+    server.faults["m"] = ["slow:3", "slow:3"]
+    lm = lm_for(server, timeout=0.3, max_retries=1)
+    ledger = Ledger()
+    with pytest.raises(LMError, match="gave up after 2 attempts"):
+        await MeteredLM(lm, ledger, "task").complete(MSG)
+    u = ledger.roles["task"]
+    assert (u.calls, u.errors, u.retries) == (1, 1, 1)
+
+
+async def test_client_errors_are_not_retried(server) -> None:
+    server.faults["m"] = ["400"]
+    lm = lm_for(server)
+    with pytest.raises(LMError, match="HTTP 400"):
+        await lm.complete(MSG)
+    assert lm.waits == [] and len(server.requests) == 1
+
+
+async def test_failed_call_becomes_a_failed_rollout_with_feedback(server) -> None:
+    server.faults["m"] = ["500"] * 3
+    lm = lm_for(server, max_retries=2)
+    r = await run_rollout(single_instruction(), lambda e, o, t: 1.0, gepetto.Candidate(instruction="Say hi."),
+                          Example({"q": "hi"}, gold="x", id="e1"), lm)
+    assert r.score.value == 0.0 and "gave up after 3 attempts" in r.score.feedback and "HTTP 500" in r.score.feedback
+
+
+async def test_concurrency_limit_is_respected() -> None:
+    with FakeOpenAIServer(delay=0.05) as srv:
+        lm = lm_for(srv, max_concurrency=3)
+        outs = await asyncio.gather(*(lm.complete([{"role": "user", "content": str(i)}]) for i in range(12)))
+    assert [o.text for o in outs] == [f"echo: {i}" for i in range(12)]
+    assert srv.max_in_flight == 3
+
+
+async def test_many_calls_run_in_parallel() -> None:
+    with FakeOpenAIServer(delay=0.05) as srv:
+        lm = lm_for(srv, max_concurrency=16)
+        await asyncio.gather(*(lm.complete([{"role": "user", "content": str(i)}]) for i in range(16)))
+    assert srv.max_in_flight >= 8
+
+
+async def test_structured_output_is_sent_as_json_schema(server) -> None:
+    schema = {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]}
+    await lm_for(server).complete(MSG, response_format=schema)
+    fmt = server.requests[-1]["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"] == schema
+
+
+async def test_invalid_json_where_json_was_asked_is_a_failed_rollout(server) -> None:
+    schema = {"type": "object"}
+
+    async def program(cand, ex, ctx):
+        return await ctx.lm("instruction", "give json", response_format=schema)
+
+    r = await run_rollout(program, lambda e, o, t: 1.0, gepetto.Candidate(instruction="x"),
+                          Example({"q": "x"}, id="e"), lm_for(server))
+    assert r.score.value == 0.0 and "invalid JSON" in r.score.feedback
+
+
+async def test_empty_answer_is_a_failed_rollout() -> None:
+    r = await run_rollout(single_instruction(), lambda e, o, t: Score(1.0, "ok"), gepetto.Candidate(instruction="x"),
+                          Example({"q": "x"}, id="e"), ScriptedLM(["  "]))
+    assert r.score.value == 0.0 and "empty answer" in r.score.feedback
+
+
+async def test_api_key_comes_from_env_and_is_never_shown(server, monkeypatch) -> None:
+    secret = "sk-test-DO-NOT-LEAK-123456"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    server.faults["m"] = ["401"]
+    lm = lm_for(server)
+    with pytest.raises(LMError) as info:
+        await lm.complete(MSG)
+    assert secret not in str(info.value) and secret not in repr(lm.__dict__.get("name"))
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(LMError, match="OPENAI_API_KEY"):
+        OpenAILM("gpt-4.1-mini")  # hosted OpenAI without a key fails at start
+
+
+def test_retry_after_parsing() -> None:
+    assert parse_retry_after({"retry-after": "3"}) == 3.0
+    assert parse_retry_after({"retry-after-ms": "250"}) == 0.25
+    assert parse_retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # in the past
+    assert parse_retry_after({"retry-after": "soon"}) is None and parse_retry_after({}) is None
+
+
+async def test_rate_limiter_spaces_requests(monkeypatch) -> None:
+    clock = [0.0]
+    slept: list[float] = []
+
+    async def fake_sleep(s: float) -> None:
+        slept.append(s)
+        clock[0] += s
+
+    monkeypatch.setattr("gepetto.lm.remote.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("gepetto.lm.remote.asyncio.sleep", fake_sleep)
+    lim = RateLimiter(rpm=60)  # one per second, a burst of 60 allowed
+    for _ in range(61):
+        await lim.acquire()
+    assert slept and abs(sum(slept) - 1.0) < 1e-6
+    tok = RateLimiter(tpm=600)  # 10 tokens per second
+    await tok.acquire(600)
+    slept.clear()
+    await tok.acquire(100)
+    assert abs(sum(slept) - 10.0) < 1e-6
+
+
+# ---- names ----
+
+@pytest.mark.parametrize("name, kind, model, url, opts", [
+    ("local:qwen2.5-coder-0.5b", "local", "qwen2.5-coder-0.5b", None, {}),
+    ("openai:gpt-4.1-mini", "openai", "gpt-4.1-mini", None, {}),
+    ("openai:qwen@http://127.0.0.1:8000/v1", "openai", "qwen", "http://127.0.0.1:8000/v1", {}),
+    ("openai:m@http://h:1/v1?max_concurrency=32&rpm=500", "openai", "m", "http://h:1/v1",
+     {"max_concurrency": 32, "rpm": 500.0}),
+    ("litellm:anthropic/claude-sonnet-4", "litellm", "anthropic/claude-sonnet-4", None, {}),
+    ("sim:reflection?noise=0.3&seed=2&forget=1", "sim", "reflection", None, {"noise": 0.3, "seed": 2, "forget": True}),
+])
+def test_lm_names_parse(name, kind, model, url, opts) -> None:
+    spec = parse_lm_name(name)
+    assert (spec.kind, spec.model, spec.base_url, spec.options) == (kind, model, url, opts)
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("gpt-4", "accepted forms"),
+    ("foo:bar", "unknown backend 'foo'"),
+    ("local:llama-70b", "unknown local model"),
+    ("openai:", "has no model"),
+    ("openai:m@ftp://x", "must start with http"),
+    ("openai:m?bogus=1", "unknown option 'bogus'"),
+    ("openai:m?rpm=fast", "not a valid float"),
+    ("litellm:claude", "PROVIDER/MODEL"),
+])
+def test_bad_lm_names_say_what_is_accepted(name, fragment) -> None:
+    with pytest.raises(ValueError, match=fragment.replace("(", r"\(")):
+        parse_lm_name(name)
+
+
+def test_make_lm_builds_each_backend(monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    assert make_lm("local:smollm2-135m").name == "local:smollm2-135m"
+    lm = make_lm("openai:m@http://127.0.0.1:9/v1?max_concurrency=4&timeout=5")
+    assert isinstance(lm, OpenAILM) and lm.max_concurrency == 4 and lm.timeout == 5
+    assert make_lm("litellm:anthropic/x").name == "litellm:anthropic/x"  # imported lazily, only when called
+
+
+# ---- cache ----
+
+async def test_cache_replays_deterministic_calls(tmp_path) -> None:
+    inner = ScriptedLM(lambda m, p: "answer " + m[-1]["content"])
+    lm = CachedLM(inner, tmp_path / "c.sqlite")
+    a = await lm.complete(MSG, temperature=0.0)
+    b = await lm.complete(MSG, temperature=0.0)
+    assert a.text == b.text and not a.cached and b.cached and len(inner.calls) == 1
+    await lm.complete(MSG, temperature=0.7)
+    await lm.complete(MSG, temperature=0.7)
+    assert len(inner.calls) == 3  # sampled calls are not cached in auto mode
+    again = CachedLM(ScriptedLM([]), tmp_path / "c.sqlite")  # a new process sees the same answers
+    assert (await again.complete(MSG, temperature=0.0)).text == a.text
+    always = CachedLM(inner, tmp_path / "c.sqlite", mode="always")
+    await always.complete(MSG, temperature=0.7, seed=1)
+    await always.complete(MSG, temperature=0.7, seed=1)
+    await always.complete(MSG, temperature=0.7, seed=2)
+    assert len(inner.calls) == 5
+
+
+def test_second_identical_run_makes_zero_lm_calls(tmp_path) -> None:
+    from gepetto import sim
+    from gepetto.lm.base import Completion
+
+    task = sim.task(n_train=8, n_val=8, kinds=4)
+    calls = {"task": 0, "reflection": 0}
+
+    def counting(lm, role):
+        class Counting:
+            name = lm.name
+
+            async def complete(self, messages, **params) -> Completion:
+                calls[role] += 1
+                return await lm.complete(messages, **params)
+        return Counting()
+
+    def run():
+        t = CachedLM(counting(sim.SimTaskLM(), "task"), tmp_path / "cache.sqlite")
+        r = CachedLM(counting(sim.SimReflectionLM(noise=0.3, seed=1), "reflection"), tmp_path / "cache.sqlite",
+                     mode="always")
+        return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                program=task.program, task_lm=t, reflection_lm=r, budget=60, seed=3)
+
+    first = run()
+    assert calls["task"] > 0 and calls["reflection"] > 0
+    calls.update(task=0, reflection=0)
+    second = run()
+    assert calls == {"task": 0, "reflection": 0}
+    assert json.dumps(first.to_dict()["candidates"], sort_keys=True) == \
+        json.dumps(second.to_dict()["candidates"], sort_keys=True)
+    assert second.best_score == first.best_score and second.ledger.total().cached_calls > 0
+    assert second.ledger.total().input_tokens == 0  # replayed answers cost nothing
+
+
+async def test_server_answers_with_sim_lms() -> None:
+    from gepetto.testing import sim_responder
+
+    with FakeOpenAIServer(sim_responder()) as srv:
+        lm = OpenAILM("sim-task", base_url=srv.url)
+        out = await lm.complete([{"role": "system", "content": "Apply rule-1."},
+                                 {"role": "user", "content": "question 5 kind 1"}])
+    assert out.text == "answer-5"
+
+
+def test_no_key_needed_for_self_hosted(monkeypatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    lm = OpenAILM("m", base_url="http://127.0.0.1:9/v1")
+    assert lm.name == "openai:m@http://127.0.0.1:9/v1"
+    assert "OPENAI_API_KEY" not in os.environ
