@@ -1,0 +1,115 @@
+"""The gepetto command on a small simulated run: every command, config errors, exit codes."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gepetto.cli import app
+
+SIM = ["--task", "sim", "--task-lm", "sim:task", "--reflection-lm", "sim:reflection"]
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    return invoke
+
+
+@pytest.fixture
+def done_run(cli):
+    res = cli("optimize", *SIM, "--budget", 80, "--run", "r1", "--storage", "runs.sqlite", "-q")
+    assert res.exit_code == 0, res.output
+    return res
+
+
+def test_optimize_prints_the_result_and_stores_the_run(done_run):
+    out = done_run.output
+    assert "validation: seed 0.000 -> best" in out
+    assert "Apply rule-" in out  # the evolved instruction is shown
+    assert "gepetto show r1" in out
+
+
+def test_runs_show_export_report(cli, done_run, tmp_path):
+    runs = cli("runs", "--storage", "runs.sqlite")
+    assert runs.exit_code == 0 and "r1" in runs.output and "finished" in runs.output
+    show = cli("show", "r1", "--storage", "runs.sqlite")
+    assert show.exit_code == 0
+    assert "Pareto front" in show.output and "ledger" in show.output and "reflection" in show.output
+    exported = cli("export", "r1", "--storage", "runs.sqlite")
+    assert exported.exit_code == 0
+    best = json.loads(exported.output)
+    assert set(best) == {"instruction"} and "rule-" in best["instruction"]
+    rep = cli("report", "r1", "-o", tmp_path / "r1.html", "--storage", "runs.sqlite")
+    assert rep.exit_code == 0, rep.output
+    html = (tmp_path / "r1.html").read_text()
+    assert html.lstrip().lower().startswith("<!doctype html") and "rule-" in html
+
+
+def test_resume_of_a_finished_run_replays_without_paying(cli, done_run):
+    before = cli("export", "r1", "--storage", "runs.sqlite").output
+    again = cli("optimize", "--run", "r1", "--storage", "runs.sqlite", "-q")
+    assert again.exit_code == 0, again.output
+
+    def line(out):
+        return next(x for x in out.splitlines() if x.startswith("validation:")).split("; wall time")[0]
+
+    assert line(again.output) == line(done_run.output)
+    assert cli("export", "r1", "--storage", "runs.sqlite").output == before
+
+
+def test_resume_with_other_settings_is_a_usage_error(cli, done_run):
+    res = cli("optimize", "--run", "r1", "--storage", "runs.sqlite", "--seed", 7, "-q")
+    assert res.exit_code == 2
+    assert "exists with other settings for ['seed']" in res.output
+
+
+def test_more_budget_on_resume_continues_the_run(cli, done_run):
+    res = cli("optimize", "--run", "r1", "--storage", "runs.sqlite", "--budget", 200, "-q")
+    assert res.exit_code == 0, res.output
+    assert "/200 rollouts" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--budget", "0"], "budget: Input should be greater than or equal to 1"),
+        (["--task", "nope"], "unknown task 'nope'; accepted:"),
+        (["--task-lm", "gpt4"], "task_lm:"),
+        (["--target", "2"], "target_score: Input should be less than or equal to 1"),
+    ],
+)
+def test_config_errors_name_the_field_and_exit_2(cli, args, message):
+    res = cli("optimize", *SIM, *args, "--storage", "runs.sqlite", "-q")
+    assert res.exit_code == 2
+    assert message in res.output
+
+
+def test_config_files_yaml_and_toml(cli, tmp_path):
+    (tmp_path / "run.yaml").write_text("task: sim\ntask_lm: sim:task\nreflection_lm: sim:reflection\nbudget: 40\n")
+    res = cli("optimize", "-c", tmp_path / "run.yaml", "--storage", "runs.sqlite", "--run", "y", "-q")
+    assert res.exit_code == 0, res.output
+    (tmp_path / "run.toml").write_text('task = "sim"\ntask_lm = "sim:task"\nreflection_lm = "sim:reflection"\n'
+                                       "budget = 40\nbudgett = 3\n")
+    res = cli("optimize", "-c", tmp_path / "run.toml", "--storage", "runs.sqlite", "-q")
+    assert res.exit_code == 2
+    assert "budgett: unknown option; accepted:" in res.output
+    res = cli("optimize", "-c", tmp_path / "missing.yaml", "--storage", "runs.sqlite", "-q")
+    assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_unknown_run_and_missing_store(cli, done_run):
+    res = cli("show", "nope", "--storage", "runs.sqlite")
+    assert res.exit_code == 2 and "no run named 'nope'" in res.output and "r1" in res.output
+    res = cli("runs", "--storage", "elsewhere.sqlite")
+    assert res.exit_code == 2 and "no run store" in res.output
+
+
+def test_usage_error_exit_code(cli):
+    assert cli("optimize", "--budget", "many").exit_code == 2
+    assert cli("frobnicate").exit_code == 2
