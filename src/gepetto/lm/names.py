@@ -7,7 +7,8 @@
     sim:task, sim:reflection                      simulated LMs with a known optimum (tests, benchmarks)
 
 Options follow a `?` as `key=value` pairs joined by `&`, e.g.
-`openai:gpt-4.1-mini?max_concurrency=32&rpm=500&timeout=30`.
+`openai:gpt-4.1-mini?max_concurrency=32&rpm=500&timeout=30`. For a llama-cpp-python server add
+`structured=json_object` (its form of JSON-schema output).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ ACCEPTED_FORMS = (
 _OPTIONS: dict[str, dict[str, type]] = {
     "local": {"n_ctx": int, "n_threads": int},
     "openai": {"max_concurrency": int, "rpm": float, "tpm": float, "timeout": float, "max_retries": int,
-               "api_key_env": str},
+               "api_key_env": str, "structured": str},
     "litellm": {"max_concurrency": int, "rpm": float, "tpm": float, "timeout": float, "max_retries": int},
     "sim": {"latency": float, "noise": float, "seed": int, "max_rules": int, "forget": bool},
 }

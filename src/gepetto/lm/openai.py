@@ -19,13 +19,19 @@ _OPENAI_PARAMS = {"temperature", "top_p", "seed", "stop", "presence_penalty", "f
 _RETRY_STATUS = {408, 409, 425, 429}
 
 
-def response_format_for_openai(value: Any) -> dict[str, Any] | None:
-    """Our `response_format` (a JSON schema, or an OpenAI response_format dict) as the API wants it."""
+def response_format_for_openai(value: Any, style: str = "json_schema") -> dict[str, Any] | None:
+    """Our `response_format` (a JSON schema, or an OpenAI response_format dict) as the server wants it.
+
+    `style="json_schema"` is OpenAI's (and vLLM's) form; `"json_object"` sends {"type": "json_object",
+    "schema": ...}, the form llama-cpp-python's server turns into a grammar.
+    """
     if value is None:
         return None
     if isinstance(value, dict) and value.get("type") in ("json_object", "json_schema", "text"):
         return value
     schema = json_schema_of(value)
+    if style == "json_object":
+        return {"type": "json_object", "schema": schema}
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
 
 
@@ -38,9 +44,13 @@ class OpenAILM(RemoteLM):
         *,
         base_url: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
+        structured: str = "json_schema",
         **options: Any,
     ) -> None:
         super().__init__(**options)
+        if structured not in ("json_schema", "json_object"):
+            raise ValueError(f"structured must be 'json_schema' or 'json_object', got {structured!r}")
+        self.structured = structured
         self.model, self.base_url = model, base_url
         self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
         self._hosted = base_url is None and not os.environ.get("OPENAI_BASE_URL")
@@ -63,7 +73,7 @@ class OpenAILM(RemoteLM):
         if params.get("max_tokens") is not None:
             # OpenAI's newer models accept only max_completion_tokens; self-hosted servers know max_tokens
             kw["max_completion_tokens" if self._hosted else "max_tokens"] = int(params["max_tokens"])
-        fmt = response_format_for_openai(params.get("response_format"))
+        fmt = response_format_for_openai(params.get("response_format"), self.structured)
         if fmt is not None:
             kw["response_format"] = fmt
         extra = {k: v for k, v in params.items() if k not in _OPENAI_PARAMS | {"max_tokens", "response_format"}}
