@@ -78,6 +78,7 @@ def optimize(
     n_train: int | None = typer.Option(None, help="Training examples."),
     n_val: int | None = typer.Option(None, help="Validation examples."),
     n_test: int | None = typer.Option(None, help="Test examples."),
+    proposals_per_round: int | None = typer.Option(None, help="Proposals tried at once (for slow parallel APIs)."),
     storage: str = StorageOpt,
     run: str | None = typer.Option(None, "--run", help="Run name; an existing run is resumed."),
     stop_file: str | None = typer.Option(None, help="Stop gracefully when this file appears."),
@@ -88,7 +89,7 @@ def optimize(
     given = {"task": task, "task_lm": task_lm, "reflection_lm": reflection_lm, "budget": budget, "seed": seed,
              "max_concurrency": concurrency, "minibatch_size": minibatch_size, "use_merge": merge,
              "time_limit": time_limit, "patience": patience, "target_score": target, "data_dir": data_dir,
-             "n_train": n_train, "n_val": n_val, "n_test": n_test}
+             "n_train": n_train, "n_val": n_val, "n_test": n_test, "proposals_per_round": proposals_per_round}
     try:
         cfg = load_config(config, **given)
     except ConfigError as exc:

@@ -20,7 +20,7 @@ from gepetto.store.sqlite import RunStore, StoredRollouts
 
 DEFAULT_STORAGE = "gepetto.sqlite"
 # options that may change when a run is resumed (they do not alter the path the run has taken so far)
-RESUMABLE_CHANGES = {"budget", "time_limit", "patience", "target_score", "max_concurrency"}
+RESUMABLE_CHANGES = {"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices"}
 
 
 class ConfigError(ValueError):
@@ -50,6 +50,9 @@ class RunConfig(BaseModel):
     n_test: int | None = Field(None, ge=0)
     task_options: dict[str, Any] = Field(default_factory=dict)
     cache: Literal["auto", "always", "off"] = "auto"
+    proposals_per_round: int = Field(1, ge=1, description="proposals tried at once (for slow parallel APIs)")
+    # price table: LM name -> [dollars per million input tokens, per million output tokens]
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
     @field_validator("task")
     @classmethod
@@ -170,6 +173,7 @@ def start_or_resume(
         store.create_run(name, cfg.model_dump(), cfg.seed)
 
     ledger = Ledger.from_dict(store.ledger(name))  # costs of earlier sessions of this run stay counted
+    ledger.prices = dict(cfg.prices)
     task = load_task(cfg.task, **_task_kwargs(cfg, ledger))
     if not resumed:
         store.put_examples(name, "train", task.trainset)
@@ -197,7 +201,7 @@ def start_or_resume(
         task_lm=task_lm, reflection_lm=reflection_lm, on_event=record, rollout_store=rollouts, ledger=ledger,
         budget=cfg.budget, seed=cfg.seed, minibatch_size=cfg.minibatch_size, max_concurrency=cfg.max_concurrency,
         use_merge=cfg.use_merge, max_merges=cfg.max_merges, time_limit=cfg.time_limit, patience=cfg.patience,
-        target_score=cfg.target_score, stop_file=stop_file,
+        target_score=cfg.target_score, stop_file=stop_file, proposals_per_round=cfg.proposals_per_round,
     )
     try:
         result = run_engine(engine)
