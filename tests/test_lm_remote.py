@@ -302,3 +302,36 @@ def test_no_key_needed_for_self_hosted(monkeypatch) -> None:
     lm = OpenAILM("m", base_url="http://127.0.0.1:9/v1")
     assert lm.name == "openai:m@http://127.0.0.1:9/v1"
     assert "OPENAI_API_KEY" not in os.environ
+
+
+async def test_litellm_backend_maps_errors_and_retries(monkeypatch) -> None:
+    """LiteLLM itself is an optional extra: a stand-in module checks our wiring (errors, retries, usage)."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    import openai
+    from openai.types.chat import ChatCompletion
+
+    httpx = importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")  # openai's HTTP lib
+    calls: list[dict] = []
+
+    async def acompletion(**kw):
+        calls.append(kw)
+        if len(calls) == 1:
+            resp = httpx.Response(429, headers={"retry-after": "2"}, request=httpx.Request("POST", "http://x"))
+            raise openai.RateLimitError("slow down", response=resp, body=None)
+        return ChatCompletion.model_validate({
+            "id": "c", "object": "chat.completion", "created": 0, "model": kw["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8}})
+
+    monkeypatch.setitem(sys.modules, "litellm", types.SimpleNamespace(acompletion=acompletion))
+    lm = make_lm("litellm:anthropic/some-model?max_retries=2")
+    waits: list[float] = []
+    lm._delay = lambda attempt, retry_after: waits.append(retry_after) or 0.0
+    out = await lm.complete(MSG, max_tokens=5)
+    assert out.text == "hi" and out.attempts == 2 and waits == [2.0]
+    assert out.usage.input_tokens == 7 and calls[-1]["model"] == "anthropic/some-model"
+    assert calls[-1]["num_retries"] == 0 and calls[-1]["max_tokens"] == 5
