@@ -270,3 +270,11 @@ def test_rejected_answer_is_shown_back_with_the_reason():
     retry = lm.calls[1][0]
     assert retry[-2] == {"role": "assistant", "content": "Certainly! Please provide the inputs."}
     assert "Do not talk to me" in retry[-1]["content"]
+
+
+def test_evaluate_scores_a_candidate_on_held_out_examples():
+    task = sim.task(n_train=4, n_val=8, kinds=4)
+    good = gepetto.Candidate(instruction="Apply rule-0. Apply rule-1.")
+    ev = gepetto.evaluate(good, task.testset, task.metric, program=task.program, task_lm=sim.SimTaskLM())
+    assert ev.mean == 0.5 and len(ev.rollouts) == 8
+    assert ev.scores == {f"test-{i}": 1.0 if i % 4 in (0, 1) else 0.0 for i in range(8)}

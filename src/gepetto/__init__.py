@@ -1,6 +1,6 @@
 """gepetto: reflective prompt evolution (GEPA) for LLM programs."""
 
-from gepetto.api import build_engine, optimize, optimize_async, run_engine
+from gepetto.api import Evaluation, build_engine, evaluate, evaluate_async, optimize, optimize_async, run_engine
 from gepetto.engine.loop import Engine, EngineConfig, Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMError, ScriptedLM, Usage
@@ -8,8 +8,9 @@ from gepetto.program import Context, Rollout, Task, TraceEntry, single_instructi
 from gepetto.types import Candidate, Example, Score
 
 __all__ = [
-    "LM", "Candidate", "Completion", "Context", "Engine", "EngineConfig", "Example", "LMError", "Ledger",
-    "Result", "Rollout", "Score", "ScriptedLM", "Task", "TraceEntry", "Usage", "build_engine", "optimize",
+    "LM", "Candidate", "Completion", "Context", "Engine", "EngineConfig", "Evaluation", "Example", "LMError", "Ledger",
+    "Result", "Rollout", "Score", "ScriptedLM", "Task", "TraceEntry", "Usage", "build_engine", "evaluate",
+    "evaluate_async", "optimize",
     "optimize_async", "run_engine", "single_instruction",
 ]
 __version__ = "0.1.0"

@@ -6,12 +6,13 @@ import asyncio
 import signal
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gepetto.engine.loop import Engine, EngineConfig, EventHandler, Result, RolloutStore
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM
-from gepetto.program import Metric, Program, single_instruction
+from gepetto.program import Metric, Program, Rollout, run_rollout, single_instruction
 from gepetto.types import Candidate, Example
 
 
@@ -89,6 +90,53 @@ def optimize(
     """
     engine = build_engine(seed_candidate, trainset, metric, **kwargs)
     return run_engine(engine)
+
+
+@dataclass
+class Evaluation:
+    """Scores of one candidate on a set of examples (e.g. a held-out test set)."""
+
+    mean: float
+    rollouts: list[Rollout]
+
+    @property
+    def scores(self) -> dict[str, float]:
+        return {r.example_id: r.score.value for r in self.rollouts}
+
+
+async def evaluate_async(
+    candidate: Candidate | Mapping[str, str] | str,
+    examples: Sequence[Example | Mapping[str, Any]],
+    metric: Metric,
+    *,
+    program: Program | None = None,
+    task_lm: LM | str = "local:qwen2.5-coder-0.5b",
+    max_concurrency: int = 8,
+    lm_params: Mapping[str, Any] | None = None,
+) -> Evaluation:
+    """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout."""
+    if isinstance(candidate, str):
+        candidate = {"instruction": candidate}
+    cand = candidate if isinstance(candidate, Candidate) else Candidate(candidate)
+    if program is None:
+        if len(cand) != 1:
+            raise ValueError("a candidate with several components needs a program")
+        program = single_instruction(next(iter(cand)))
+    lm, data = resolve_lm(task_lm), _as_examples(examples)
+    sem = asyncio.Semaphore(max_concurrency)
+    params = dict(lm_params if lm_params is not None else {"temperature": 0.0})
+
+    async def one(ex: Example) -> Rollout:
+        async with sem:
+            return await run_rollout(program, metric, cand, ex, lm, params)
+
+    runs = list(await asyncio.gather(*(one(ex) for ex in data)))
+    return Evaluation(sum(r.score.value for r in runs) / len(runs) if runs else float("nan"), runs)
+
+
+def evaluate(*args: Any, **kwargs: Any) -> Evaluation:
+    """`evaluate_async` in a fresh event loop."""
+    return asyncio.run(evaluate_async(*args, **kwargs))
 
 
 def run_engine(engine: Engine) -> Result:
