@@ -6,6 +6,8 @@ Exit codes: 0 ok, 1 the run failed, 2 usage or configuration error.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
-from rich.table import Table
+from rich.table import Column, Table
 
 from gepetto.progress import ProgressDisplay
 from gepetto.runner import DEFAULT_STORAGE, ConfigError, load_config, start_or_resume
@@ -22,7 +24,8 @@ from gepetto.runner import DEFAULT_STORAGE, ConfigError, load_config, start_or_r
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Reflective prompt evolution (GEPA) for LLM programs."
 )
-console = Console()
+# piped output (scripts, logs) gets wide lines instead of Rich's default 80 columns
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 err = Console(stderr=True)
 
 StorageOpt = typer.Option(DEFAULT_STORAGE, "--storage", help="Run store (SQLite file).", envvar="GEPETTO_STORAGE")
@@ -115,7 +118,8 @@ def optimize(
 def runs(storage: str = StorageOpt) -> None:
     """List stored runs: name, status, best score, rollouts, cost, age."""
     store = _open_store(storage)
-    table = Table("name", "status", "task", "best", "seed score", "rollouts", "cost", "age")
+    table = Table("status", "task", "best", "seed score", "rollouts", "cost", "age")
+    table.columns.insert(0, Column("name", no_wrap=True))  # names are what users type: never cut them
     for info in store.list_runs():
         res = info.result or {}
         best = res.get("best_score")
@@ -159,10 +163,12 @@ def show(run: str, storage: str = StorageOpt) -> None:
         c = res["candidates"][i]
         front.add_row(str(i), c["origin"], ",".join(map(str, c["parents"])) or "-", f"{c['mean']:.3f}")
     console.print(front)
-    ledger = Table("role", "calls", "tokens in", "tokens out", "seconds", "cost", title="ledger")
+    ledger = Table("role", "calls", "cached", "errors", "retries", "tokens in", "tokens out", "seconds", "cost",
+                   title="ledger")
     for role, u in res["ledger"].items():
         est = " (est.)" if u.get("estimated_tokens") else ""
-        ledger.add_row(role, str(u["calls"]), f"{u['input_tokens']}{est}", f"{u['output_tokens']}{est}",
+        ledger.add_row(role, str(u["calls"]), str(u.get("cached_calls", 0)), str(u.get("errors", 0)),
+                       str(u.get("retries", 0)), f"{u['input_tokens']}{est}", f"{u['output_tokens']}{est}",
                        f"{u['seconds']:.1f}", f"${u['cost']:.4f}")
     console.print(ledger)
 
@@ -218,6 +224,16 @@ def demo(
     except Exception as exc:
         raise _fail(f"the demo failed: {type(exc).__name__}: {exc}", 1) from None
     _report_result(name, result, started)
+    if task.testset and not quiet:  # held-out check: the optimiser never saw these examples
+        from gepetto.api import evaluate
+        from gepetto.lm.cache import CachedLM
+        from gepetto.lm.names import make_lm
+
+        console.print(f"scoring seed and best on {len(task.testset)} held-out test examples ...")
+        lm = CachedLM(make_lm(task_lm), storage)
+        seed_test = evaluate(task.seed_candidate, task.testset, task.metric, program=task.program, task_lm=lm)
+        best_test = evaluate(result.best_candidate, task.testset, task.metric, program=task.program, task_lm=lm)
+        console.print(f"[bold]test[/bold]: seed {seed_test.mean:.3f} -> best {best_test.mean:.3f}")
 
 
 def main() -> None:

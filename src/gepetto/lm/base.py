@@ -46,6 +46,22 @@ class LM(Protocol):
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion: ...
 
 
+class PerLoop:
+    """One asyncio primitive per event loop: a Lock or Semaphore binds to the loop that first waits on it, and an
+    LM object may serve several loops in turn (each `gepetto.optimize` or `evaluate` call runs its own)."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._factory, self._items = factory, {}  # type: dict[int, Any]
+
+    def get(self) -> Any:
+        import asyncio
+
+        loop_id = id(asyncio.get_running_loop())
+        if loop_id not in self._items:
+            self._items = {loop_id: self._factory()}  # loops run one after another: keep only the current one
+        return self._items[loop_id]
+
+
 def json_schema_of(response_format: Any) -> dict[str, Any]:
     """The JSON schema in a `response_format` param: a bare schema, or {"schema": ...} / {"json_schema": ...}."""
     if not isinstance(response_format, dict):

@@ -13,12 +13,13 @@ import importlib.util
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gepetto.lm.base import Completion, LMError, Message, Usage, json_schema_of
+from gepetto.lm.base import Completion, LMError, Message, PerLoop, Usage, json_schema_of
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ class LocalLM:
         self._cache_dir = cache_dir
         self._n_ctx, self._n_threads = n_ctx, n_threads
         self._llama: Any = None
-        self._lock = asyncio.Lock()
+        self._lock = PerLoop(asyncio.Lock)  # one call at a time within a loop ...
+        self._model_lock = threading.Lock()  # ... and across threads (llama.cpp is not thread-safe)
 
     def _load(self) -> Any:
         if self._llama is None:
@@ -159,6 +161,10 @@ class LocalLM:
         return self._llama
 
     def _complete_sync(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        with self._model_lock:
+            return self._generate(messages, params)
+
+    def _generate(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         llama = self._load()
         kwargs: dict[str, Any] = {
             "temperature": float(params.get("temperature", 0.0)),
@@ -198,7 +204,7 @@ class LocalLM:
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         msgs = [dict(m) for m in messages]
-        async with self._lock:
+        async with self._lock.get():
             try:
                 return await asyncio.to_thread(self._complete_sync, msgs, params)
             except LMError:

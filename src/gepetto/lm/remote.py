@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gepetto.lm.base import Completion, LMError, Message, estimate_tokens
+from gepetto.lm.base import Completion, LMError, Message, PerLoop, estimate_tokens
 
 
 class Transient(Exception):
@@ -114,14 +114,8 @@ class RemoteLM:
         self.backoff, self.max_backoff = backoff, max_backoff
         self.defaults = {"temperature": 0.0, **(defaults or {})}
         self.limiter = RateLimiter(rpm, tpm)
-        self._slots: dict[int, asyncio.Semaphore] = {}  # one per event loop (a semaphore binds to its loop)
+        self._slots = PerLoop(lambda: asyncio.Semaphore(self.max_concurrency))
         self._rng = random.Random()
-
-    def _slot(self) -> asyncio.Semaphore:
-        loop_id = id(asyncio.get_running_loop())
-        if loop_id not in self._slots:
-            self._slots = {loop_id: asyncio.Semaphore(self.max_concurrency)}
-        return self._slots[loop_id]
 
     async def _request(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         raise NotImplementedError
@@ -138,7 +132,7 @@ class RemoteLM:
         tokens = sum(estimate_tokens(m.get("content", "")) for m in msgs) + int(merged.get("max_tokens") or 256)
         last = ""
         for attempt in range(self.max_retries + 1):
-            async with self._slot():
+            async with self._slots.get():
                 await self.limiter.acquire(tokens)
                 try:
                     out = await asyncio.wait_for(self._request(msgs, merged), self.timeout)

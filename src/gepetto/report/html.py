@@ -12,6 +12,7 @@ import html
 import json
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -245,7 +246,7 @@ def _header(view: _View) -> str:
                  for u in ledger.values() if isinstance(u, Mapping))
     wall = _num(res.get("wall_seconds"))
     meta = [("task", run.get("task")), ("task LM", run.get("task_lm")), ("reflection LM", run.get("reflection_lm")),
-            ("seed", run.get("seed")), ("created", run.get("created"))]
+            ("seed", run.get("seed")), ("created", _when(run.get("created")))]
     meta_html = "".join(f"<span>{_e(k)} <b>{_e(v)}</b></span>" for k, v in meta if v not in (None, ""))
     best_note = f"candidate #{view.best_index}" if view.best_index is not None else "no candidate yet"
     stats = [
@@ -552,6 +553,13 @@ def _ledger_section(view: _View) -> str:
             '<th>tokens out</th>'
             '<th>seconds</th><th>cost</th><th>cached</th><th>errors</th><th>estimated</th></tr></thead>'
             f'<tbody>{rows}</tbody></table></div><p class="muted small">{_e(" ".join(notes))}</p></section>')
+
+
+def _when(ts: Any) -> Any:
+    """A Unix time as a UTC date and time; anything else as is."""
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool):
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+    return ts
 
 
 def _badge(value: Any) -> str:
