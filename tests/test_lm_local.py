@@ -110,3 +110,32 @@ def test_loop_detection():
     assert not is_looping("The order should be extracted. " * 2)
     assert not is_looping("ok. " * 20)  # short pieces (JSON lines, list items) are not loops
     assert not is_looping("A sentence that is long enough. A sentence that is long enough. A sentence that is lo")
+
+
+def test_one_local_lm_serves_successive_event_loops():
+    """Each optimize/evaluate call runs its own event loop; the serialising lock must not stay bound to the first."""
+    import asyncio
+    import time as _time
+
+    from gepetto.lm.base import Completion
+    from gepetto.lm.local import LocalLM
+
+    class Stub(LocalLM):
+        active = 0
+        most = 0
+
+        def _generate(self, messages, params):
+            Stub.active += 1
+            Stub.most = max(Stub.most, Stub.active)
+            _time.sleep(0.01)
+            Stub.active -= 1
+            return Completion("ok")
+
+    lm = Stub("smollm2-135m")
+
+    async def burst():
+        return await asyncio.gather(*(lm.complete([{"role": "user", "content": str(i)}]) for i in range(4)))
+
+    for _ in range(2):
+        assert [c.text for c in asyncio.run(burst())] == ["ok"] * 4
+    assert Stub.most == 1  # calls never overlap on the one model

@@ -1,0 +1,108 @@
+"""The built-in benchmark tasks on the embedded models: seed vs optimised, on validation and test.
+
+Usage: python benchmarks/tasks.py [--tasks gsm8k ifbench ...] [--storage PATH] [--out benchmarks/results/tasks.md]
+
+Each task runs as a stored, resumable run (`bench-TASK` in --storage; run again to resume a killed one)
+with Qwen2.5-Coder 0.5B as task LM and 1.5B as reflection LM (the PUPA judge is the 1.5B model too), at a
+small budget that fits a session on 2 CPU cores. Then the seed and the best candidate are scored on the
+task's test split (outside the budget). For ifbench the best candidate is also scored on the IFEval test
+split (both tasks share train/val). Small budgets and small models give small or noisy gains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gepetto.api import evaluate_async
+from gepetto.ledger import Ledger
+from gepetto.lm.cache import CachedLM
+from gepetto.lm.names import make_lm
+from gepetto.runner import _task_kwargs, load_config, start_or_resume
+from gepetto.tasks import load_task
+
+# small settings per task: split sizes, budget, time limit (seconds) and task options
+SETTINGS: dict[str, dict[str, Any]] = {
+    "gsm8k": {"n_train": 30, "n_val": 10, "n_test": 30, "budget": 40, "time_limit": 1200},
+    "aime": {"n_train": 15, "n_val": 5, "n_test": 10, "budget": 20, "time_limit": 900},
+    "ifbench": {"n_train": 30, "n_val": 10, "n_test": 30, "budget": 40, "time_limit": 1200},
+    "hotpotqa": {"n_train": 30, "n_val": 10, "n_test": 30, "budget": 40, "time_limit": 1500},
+    "pupa": {"n_train": 30, "n_val": 10, "n_test": 30, "budget": 40, "time_limit": 1500,
+             "task_options": {"judge_lm": "local:qwen2.5-coder-1.5b"}},
+}
+TASK_LM, REFLECTION_LM = "local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b"
+
+
+async def test_scores(task: Any, best: Any, lm: Any) -> tuple[float, float]:
+    seed = await evaluate_async(task.seed_candidate, task.testset, task.metric, program=task.program, task_lm=lm)
+    opt = seed if best == task.seed_candidate else await evaluate_async(
+        best, task.testset, task.metric, program=task.program, task_lm=lm)
+    return seed.mean, opt.mean
+
+
+def run_task(name: str, storage: Path, data_dir: str | None) -> list[dict[str, Any]]:
+    import asyncio
+
+    s = dict(SETTINGS[name])
+    cfg = load_config(task=name, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, seed=0, data_dir=data_dir,
+                      max_concurrency=4, **s)
+    t0 = time.perf_counter()
+    _, result = start_or_resume(cfg, storage=storage, run=f"bench-{name}", on_event=_log(name))
+    opt_s = time.perf_counter() - t0
+    lm = CachedLM(make_lm(TASK_LM), storage)  # test answers cached too: a rerun of this script is cheap
+    rows = []
+    targets = [name] + (["ifeval"] if name == "ifbench" else [])
+    for target in targets:
+        tcfg = cfg.model_copy(update={"task": target, "task_options": cfg.task_options})
+        task = load_task(target, **_task_kwargs(tcfg, Ledger()))
+        t1 = time.perf_counter()
+        seed_test, best_test = asyncio.run(test_scores(task, result.best_candidate, lm))
+        rows.append({
+            "task": target if target == name else f"{target} (candidate optimised on {name})",
+            "splits": f"{len(task.trainset)}/{len(task.valset)}/{len(task.testset)}",
+            "budget": cfg.budget, "rollouts": result.rollouts_used, "seed_val": result.seed_score,
+            "best_val": result.best_score, "seed_test": seed_test, "best_test": best_test,
+            "candidates": len(result.candidates), "optimise_s": round(opt_s), "test_s": round(time.perf_counter() - t1),
+            "stop_reason": result.stop_reason, "best": dict(result.best_candidate),
+        })
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def _log(name: str):
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "candidate":
+            rec = data["record"]
+            print(f"[{name}] candidate {rec.index} ({rec.origin}): val {rec.mean:.3f}", file=sys.stderr, flush=True)
+    return on_event
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    ap.add_argument("--storage", default="bench-tasks.sqlite")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--out", default=None, help="append the results table (markdown) to this file")
+    args = ap.parse_args()
+    rows = []
+    for name in args.tasks:
+        rows.extend(run_task(name, Path(args.storage), args.data_dir))
+    lines = ["| task | train/val/test | budget | rollouts | val seed -> best | test seed -> best | optimise s | "
+             "test s |", "|---|---|---:|---:|---|---|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['task']} | {r['splits']} | {r['budget']} | {r['rollouts']} | {r['seed_val']:.3f} -> "
+                     f"{r['best_val']:.3f} | {r['seed_test']:.3f} -> {r['best_test']:.3f} | {r['optimise_s']} | "
+                     f"{r['test_s']} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(f"\n`python benchmarks/tasks.py --tasks {' '.join(args.tasks)}`\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()
