@@ -39,6 +39,20 @@ def _as_examples(data: Sequence[Example | Mapping[str, Any]] | None) -> list[Exa
     return out
 
 
+def _candidate_and_program(
+    candidate: Candidate | Mapping[str, str] | str, program: Program | None
+) -> tuple[Candidate, Program]:
+    """A Candidate (a bare string is the one component "instruction") and its program (default: one call)."""
+    if isinstance(candidate, str):
+        candidate = {"instruction": candidate}
+    cand = candidate if isinstance(candidate, Candidate) else Candidate(candidate)
+    if program is None:
+        if len(cand) != 1:
+            raise ValueError("a candidate with several components needs a program that uses them")
+        program = single_instruction(next(iter(cand)))
+    return cand, program
+
+
 def build_engine(
     seed_candidate: Candidate | Mapping[str, str] | str,
     trainset: Sequence[Example | Mapping[str, Any]],
@@ -54,13 +68,7 @@ def build_engine(
     **config: Any,
 ) -> Engine:
     """The engine `optimize` would run, for callers that want to drive or observe it themselves."""
-    if isinstance(seed_candidate, str):
-        seed_candidate = {"instruction": seed_candidate}
-    seed = seed_candidate if isinstance(seed_candidate, Candidate) else Candidate(seed_candidate)
-    if program is None:
-        if len(seed) != 1:
-            raise ValueError("a candidate with several components needs a program that uses them")
-        program = single_instruction(next(iter(seed)))
+    seed, program = _candidate_and_program(seed_candidate, program)
     train = _as_examples(trainset)
     val = _as_examples(valset) if valset is not None else train
     unknown = set(config) - set(EngineConfig.__dataclass_fields__)
@@ -115,13 +123,7 @@ async def evaluate_async(
     lm_params: Mapping[str, Any] | None = None,
 ) -> Evaluation:
     """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout."""
-    if isinstance(candidate, str):
-        candidate = {"instruction": candidate}
-    cand = candidate if isinstance(candidate, Candidate) else Candidate(candidate)
-    if program is None:
-        if len(cand) != 1:
-            raise ValueError("a candidate with several components needs a program")
-        program = single_instruction(next(iter(cand)))
+    cand, program = _candidate_and_program(candidate, program)
     lm, data = resolve_lm(task_lm), _as_examples(examples)
     sem = asyncio.Semaphore(max_concurrency)
     params = dict(lm_params if lm_params is not None else {"temperature": 0.0})

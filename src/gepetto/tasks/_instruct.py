@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gepetto.program import Context, TraceEntry
+from gepetto.program import Context, Task, TraceEntry
 from gepetto.tasks import constraints as C
 from gepetto.types import Candidate, Example, Score
 
@@ -131,3 +131,9 @@ def metric(example: Example, output: Any, trace: list[TraceEntry] | None = None)
 
 def _unchecked_lines(unchecked: list[tuple[str, str, bool | None, str]]) -> list[str]:
     return [f"- (not scored) {desc}: {why}" for _, desc, _, why in unchecked]
+
+
+def make_task(name: str, train: list[Example], val: list[Example], test: list[Example], description: str) -> Task:
+    """The two-stage instruction-following task (shared by ifeval and ifbench) over the given splits."""
+    return Task(name=name, program=program, metric=metric, seed_candidate=seed_candidate(), trainset=train,
+                valset=val, testset=test, description=description)

@@ -73,14 +73,6 @@ def load(
             raise ValueError(f"IFBench has {len(test)} usable test prompts; asked for n_test={n_test}")
         random.Random(f"ifbench:{seed}").shuffle(test)
         test = test[:n_test]
-    return Task(
-        name="ifbench",
-        program=_instruct.program,
-        metric=_instruct.metric,
-        seed_candidate=_instruct.seed_candidate(),
-        trainset=train,
-        valset=val,
-        testset=test,
-        description="IFBench test prompts (unseen constraint types), trained on IFEval prompts; answer then "
-                    "rewrite; score = share of constraints met (gepetto's own checkers).",
-    )
+    return _instruct.make_task("ifbench", train, val, test,
+                               "IFBench test prompts (unseen constraint types), trained on IFEval prompts; answer "
+                               "then rewrite; score = share of constraints met (gepetto's own checkers).")

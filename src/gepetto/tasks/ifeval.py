@@ -578,14 +578,6 @@ def load(
     """IFEval task: two-stage program (answer, rewrite); splits as in the module docstring."""
     examples = read_examples(data_dir)
     train, val, test = split_examples(examples, seed=seed, n_train=n_train, n_val=n_val, n_test=n_test)
-    return Task(
-        name="ifeval",
-        program=_instruct.program,
-        metric=_instruct.metric,
-        seed_candidate=_instruct.seed_candidate(),
-        trainset=train,
-        valset=val,
-        testset=test,
-        description="IFEval prompts with verifiable constraints; answer then rewrite; score = share of "
-                    "constraints met (gepetto's own checkers).",
-    )
+    return _instruct.make_task("ifeval", train, val, test,
+                               "IFEval prompts with verifiable constraints; answer then rewrite; score = share "
+                               "of constraints met (gepetto's own checkers).")
