@@ -59,6 +59,10 @@ def _report_result(name: str, result: Any, started: float) -> None:
         console.print(Panel(text, title=f"best: {component}", expand=False))
     console.print(f"validation: seed {result.seed_score:.3f} -> best {result.best_score:.3f}; "
                   f"{result.rollouts_used}/{result.budget} rollouts; wall time {time.monotonic() - started:.0f}s")
+    total = result.ledger.total()
+    if total.cached_calls:
+        console.print(f"{total.cached_calls} of {total.calls} LM answers were replayed from the response cache "
+                      f"(no cost, no time); `--cache off` asks the LMs again")
     console.print(f"[dim]run {name!r} stored; see it with `gepetto show {name}` or "
                   f"`gepetto report {name} -o report.html`[/dim]")
 
@@ -82,6 +86,7 @@ def optimize(
     n_val: int | None = typer.Option(None, help="Validation examples."),
     n_test: int | None = typer.Option(None, help="Test examples."),
     proposals_per_round: int | None = typer.Option(None, help="Proposals tried at once (for slow parallel APIs)."),
+    cache: str | None = typer.Option(None, help="LM response cache: auto (temperature 0), always, off."),
     storage: str = StorageOpt,
     run: str | None = typer.Option(None, "--run", help="Run name; an existing run is resumed."),
     stop_file: str | None = typer.Option(None, help="Stop gracefully when this file appears."),
@@ -92,7 +97,8 @@ def optimize(
     given = {"task": task, "task_lm": task_lm, "reflection_lm": reflection_lm, "budget": budget, "seed": seed,
              "max_concurrency": concurrency, "minibatch_size": minibatch_size, "use_merge": merge,
              "time_limit": time_limit, "patience": patience, "target_score": target, "data_dir": data_dir,
-             "n_train": n_train, "n_val": n_val, "n_test": n_test, "proposals_per_round": proposals_per_round}
+             "n_train": n_train, "n_val": n_val, "n_test": n_test, "proposals_per_round": proposals_per_round,
+             "cache": cache}
     try:
         cfg = load_config(config, **given)
     except ConfigError as exc:
@@ -199,6 +205,7 @@ def demo(
     task_lm: str = typer.Option("local:qwen2.5-coder-0.5b", help="Task LM name."),
     reflection_lm: str = typer.Option("local:qwen2.5-coder-1.5b", help="Reflection LM name."),
     time_limit: float = typer.Option(780.0, help="Stop after this many seconds (the demo fits in 15 minutes)."),
+    cache: str = typer.Option("auto", help="LM response cache: auto (temperature 0), always, off."),
     storage: str = StorageOpt,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show rejected proposals."),
@@ -214,7 +221,7 @@ def demo(
         f"seed instruction: {task.seed_candidate['instruction']!r}"))
     try:
         cfg = load_config(task="demo", task_lm=task_lm, reflection_lm=reflection_lm, budget=budget, seed=seed,
-                          time_limit=time_limit)
+                          time_limit=time_limit, cache=cache)
     except ConfigError as exc:
         raise _fail(str(exc), 2) from None
     started = time.monotonic()
@@ -230,7 +237,7 @@ def demo(
         from gepetto.lm.names import make_lm
 
         console.print(f"scoring seed and best on {len(task.testset)} held-out test examples ...")
-        lm = CachedLM(make_lm(task_lm), storage)
+        lm = make_lm(task_lm) if cfg.cache == "off" else CachedLM(make_lm(task_lm), storage)
         seed_test = evaluate(task.seed_candidate, task.testset, task.metric, program=task.program, task_lm=lm)
         best_test = evaluate(result.best_candidate, task.testset, task.metric, program=task.program, task_lm=lm)
         console.print(f"[bold]test[/bold]: seed {seed_test.mean:.3f} -> best {best_test.mean:.3f}")
