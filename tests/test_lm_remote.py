@@ -335,3 +335,10 @@ async def test_litellm_backend_maps_errors_and_retries(monkeypatch) -> None:
     assert out.text == "hi" and out.attempts == 2 and waits == [2.0]
     assert out.usage.input_tokens == 7 and calls[-1]["model"] == "anthropic/some-model"
     assert calls[-1]["num_retries"] == 0 and calls[-1]["max_tokens"] == 5
+
+
+def test_lms_on_one_endpoint_share_its_rate_limit() -> None:
+    a = OpenAILM("task-model", base_url="http://127.0.0.1:9/v1", rpm=60)
+    b = OpenAILM("reflection-model", base_url="http://127.0.0.1:9/v1", rpm=60)
+    c = OpenAILM("other", base_url="http://127.0.0.1:10/v1", rpm=60)
+    assert a.limiter is b.limiter and a.limiter is not c.limiter

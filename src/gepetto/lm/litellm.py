@@ -15,9 +15,12 @@ from gepetto.lm.remote import RemoteLM
 
 class LiteLLMLM(RemoteLM):
     def __init__(self, model: str, **options: Any) -> None:
-        super().__init__(**options)
         self.model, self.name = model, f"litellm:{model}"
+        super().__init__(**options)
         self._litellm: Any = None
+
+    def endpoint(self) -> str:
+        return f"litellm:{self.model.split('/', 1)[0]}"  # the provider
 
     def _module(self) -> Any:
         if self._litellm is None:

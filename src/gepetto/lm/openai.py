@@ -47,17 +47,20 @@ class OpenAILM(RemoteLM):
         structured: str = "json_schema",
         **options: Any,
     ) -> None:
+        self.model, self.base_url = model, base_url
         super().__init__(**options)
         if structured not in ("json_schema", "json_object"):
             raise ValueError(f"structured must be 'json_schema' or 'json_object', got {structured!r}")
         self.structured = structured
-        self.model, self.base_url = model, base_url
         self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
         self._hosted = base_url is None and not os.environ.get("OPENAI_BASE_URL")
         self._api_key_env = api_key_env
         if self._hosted and not os.environ.get(api_key_env):
             raise LMError(f"{self.name}: set the API key in the environment variable {api_key_env}")
         self._client: Any = None
+
+    def endpoint(self) -> str:
+        return f"openai@{self.base_url or os.environ.get('OPENAI_BASE_URL') or 'api.openai.com'}"
 
     def _get_client(self) -> Any:
         if self._client is None:

@@ -58,7 +58,7 @@ class RateLimiter:
         self._req = rpm or 0.0
         self._tok = tpm or 0.0
         self._t = time.monotonic()
-        self._lock: asyncio.Lock | None = None
+        self._lock = PerLoop(asyncio.Lock)
 
     def _refill(self) -> None:
         now = time.monotonic()
@@ -71,9 +71,7 @@ class RateLimiter:
     async def acquire(self, tokens: int = 0) -> None:
         if not self.rpm and not self.tpm:
             return
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:  # first come, first served
+        async with self._lock.get():  # first come, first served
             tokens = min(tokens, int(self.tpm)) if self.tpm else 0
             while True:
                 self._refill()
@@ -89,6 +87,17 @@ class RateLimiter:
                 self._req -= 1
             if self.tpm:
                 self._tok -= tokens
+
+
+_LIMITERS: dict[tuple[str, float | None, float | None], RateLimiter] = {}
+
+
+def shared_limiter(endpoint: str, rpm: float | None, tpm: float | None) -> RateLimiter:
+    """One limiter per endpoint and limits: a run's task and reflection LMs on one API share its quota."""
+    key = (endpoint, rpm, tpm)
+    if key not in _LIMITERS:
+        _LIMITERS[key] = RateLimiter(rpm, tpm)
+    return _LIMITERS[key]
 
 
 class RemoteLM:
@@ -113,9 +122,13 @@ class RemoteLM:
         self.max_concurrency, self.timeout, self.max_retries = max_concurrency, timeout, max_retries
         self.backoff, self.max_backoff = backoff, max_backoff
         self.defaults = {"temperature": 0.0, **(defaults or {})}
-        self.limiter = RateLimiter(rpm, tpm)
+        self.limiter = shared_limiter(self.endpoint(), rpm, tpm)
         self._slots = PerLoop(lambda: asyncio.Semaphore(self.max_concurrency))
         self._rng = random.Random()
+
+    def endpoint(self) -> str:
+        """What a rate limit applies to (an API and its key), shared by every LM object that names it."""
+        return type(self).__name__
 
     async def _request(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         raise NotImplementedError
