@@ -44,32 +44,29 @@ async def test_scores(task: Any, best: Any, lm: Any) -> tuple[float, float]:
     return seed.mean, opt.mean
 
 
-def run_task(name: str, storage: Path, data_dir: str | None) -> list[dict[str, Any]]:
+def run_task(name: str, storage: Path, data_dir: str | None, overrides: dict[str, Any],
+             suffix: str = "") -> dict[str, Any]:
     import asyncio
 
-    s = dict(SETTINGS[name])
+    s = {**SETTINGS[name], **{k: v for k, v in overrides.items() if v is not None}}
     cfg = load_config(task=name, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, seed=0, data_dir=data_dir,
                       max_concurrency=4, **s)
     t0 = time.perf_counter()
-    _, result = start_or_resume(cfg, storage=storage, run=f"bench-{name}", on_event=_log(name))
+    _, result = start_or_resume(cfg, storage=storage, run=f"bench-{name}{suffix}", on_event=_log(name))
     opt_s = time.perf_counter() - t0
     lm = CachedLM(make_lm(TASK_LM), storage)  # test answers cached too: a rerun of this script is cheap
-    rows = []
-    for target in [name]:
-        tcfg = cfg.model_copy(update={"task": target, "task_options": cfg.task_options})
-        task = load_task(target, **_task_kwargs(tcfg, Ledger()))
-        t1 = time.perf_counter()
-        seed_test, best_test = asyncio.run(test_scores(task, result.best_candidate, lm))
-        rows.append({
-            "task": target if target == name else f"{target} (candidate optimised on {name})",
-            "splits": f"{len(task.trainset)}/{len(task.valset)}/{len(task.testset)}",
-            "budget": cfg.budget, "rollouts": result.rollouts_used, "seed_val": result.seed_score,
-            "best_val": result.best_score, "seed_test": seed_test, "best_test": best_test,
-            "candidates": len(result.candidates), "optimise_s": round(opt_s), "test_s": round(time.perf_counter() - t1),
-            "stop_reason": result.stop_reason, "best": dict(result.best_candidate),
-        })
-        print(json.dumps(rows[-1]), flush=True)
-    return rows
+    task = load_task(name, **_task_kwargs(cfg, Ledger()))
+    t1 = time.perf_counter()
+    seed_test, best_test = asyncio.run(test_scores(task, result.best_candidate, lm))
+    row = {
+        "task": name, "splits": f"{len(task.trainset)}/{len(task.valset)}/{len(task.testset)}",
+        "budget": cfg.budget, "rollouts": result.rollouts_used, "seed_val": result.seed_score,
+        "best_val": result.best_score, "seed_test": seed_test, "best_test": best_test,
+        "candidates": len(result.candidates), "optimise_s": round(opt_s), "test_s": round(time.perf_counter() - t1),
+        "stop_reason": result.stop_reason, "best": dict(result.best_candidate),
+    }
+    print(json.dumps(row), flush=True)
+    return row
 
 
 def _log(name: str):
@@ -86,10 +83,16 @@ def main() -> None:
     ap.add_argument("--storage", default="bench-tasks.sqlite")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", default=None, help="append the results table (markdown) to this file")
+    ap.add_argument("--budget", type=int, default=None, help="override the budget of every task")
+    ap.add_argument("--n-val", type=int, default=None, help="override the validation size of every task")
+    ap.add_argument("--n-test", type=int, default=None, help="override the test size of every task")
+    ap.add_argument("--time-limit", type=float, default=None, help="override the time limit (s) of every task")
+    ap.add_argument("--run-suffix", default="", help="stored run names are bench-TASK plus this")
     args = ap.parse_args()
+    overrides = {"budget": args.budget, "n_val": args.n_val, "n_test": args.n_test, "time_limit": args.time_limit}
     rows = []
     for name in args.tasks:
-        rows.extend(run_task(name, Path(args.storage), args.data_dir))
+        rows.append(run_task(name, Path(args.storage), args.data_dir, overrides, args.run_suffix))
     lines = ["| task | train/val/test | budget | rollouts | val seed -> best | test seed -> best | optimise s | "
              "test s |", "|---|---|---:|---:|---|---|---:|---:|"]
     for r in rows:
@@ -100,7 +103,7 @@ def main() -> None:
     print(table)
     if args.out:
         with open(args.out, "a") as f:
-            f.write(f"\n`python benchmarks/tasks.py --tasks {' '.join(args.tasks)}`\n\n{table}\n")
+            f.write(f"\n`python benchmarks/tasks.py {' '.join(sys.argv[1:])}`\n\n{table}\n")
 
 
 if __name__ == "__main__":
