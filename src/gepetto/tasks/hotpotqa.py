@@ -36,6 +36,7 @@ How this differs from the GEPA paper (as we read it):
 
 from __future__ import annotations
 
+import html
 import json
 import random
 import re
@@ -123,6 +124,11 @@ def clean_line(text: Any, label: str = "") -> str:
 # --- retrieval ------------------------------------------------------------------------------------------------
 
 
+
+def _text(value: Any) -> str:
+    """Text from the data file: the IRCoT files keep HTML entities (&quot;, &amp;) in titles and paragraphs."""
+    return html.unescape(str(value))
+
 class BM25Index:
     """BM25 over titled paragraphs (title and text indexed together), kept in memory."""
 
@@ -168,7 +174,7 @@ def _index_for(path: Path, rows: Sequence[Mapping[str, Any]]) -> BM25Index:
         seen: dict[tuple[str, str], None] = {}
         for row in rows:
             for ctx in row.get("contexts", []):
-                seen.setdefault((str(ctx.get("title", "")), str(ctx.get("paragraph_text", ""))), None)
+                seen.setdefault((_text(ctx.get("title", "")), _text(ctx.get("paragraph_text", ""))), None)
         _INDEX_CACHE[key] = BM25Index(list(seen))
     return _INDEX_CACHE[key]
 
@@ -194,10 +200,10 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def to_example(row: Mapping[str, Any]) -> Example:
-    spans = [str(s) for obj in row.get("answers_objects", []) for s in obj.get("spans", []) if str(s).strip()]
-    supporting = [str(c["title"]) for c in row.get("contexts", []) if c.get("is_supporting")]
+    spans = [_text(s) for obj in row.get("answers_objects", []) for s in obj.get("spans", []) if str(s).strip()]
+    supporting = [_text(c["title"]) for c in row.get("contexts", []) if c.get("is_supporting")]
     return Example(
-        {"question": str(row["question_text"])},
+        {"question": _text(row["question_text"])},
         gold={"answers": spans, "supporting_titles": list(dict.fromkeys(supporting))},
         id=f"hotpotqa-{row['question_id']}",
     )
