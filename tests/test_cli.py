@@ -113,3 +113,14 @@ def test_unknown_run_and_missing_store(cli, done_run):
 def test_usage_error_exit_code(cli):
     assert cli("optimize", "--budget", "many").exit_code == 2
     assert cli("frobnicate").exit_code == 2
+
+
+def test_task_options_from_the_command_line(cli):
+    res = cli("optimize", *SIM, "--budget", 40, "--task-option", "kinds=2", "--run", "k2", "--storage", "s.sqlite",
+              "-q")
+    assert res.exit_code == 0, res.output
+    from gepetto.store.sqlite import RunStore
+
+    assert RunStore("s.sqlite").get_run("k2").config["task_options"] == {"kinds": 2}
+    res = cli("optimize", *SIM, "--task-option", "nokeyvalue", "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 2 and "KEY=VALUE" in res.output

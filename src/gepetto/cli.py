@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
@@ -53,6 +54,18 @@ def _snapshot(storage: str, run: str) -> dict[str, Any]:
         raise _fail(str(exc.args[0]), 2) from None
 
 
+def _task_options(items: list[str] | None) -> dict[str, Any] | None:
+    if not items:
+        return None
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise _fail(f"--task-option takes KEY=VALUE, got {item!r}", 2)
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""  # numbers and booleans as such
+    return out
+
+
 def _report_result(name: str, result: Any, started: float) -> None:
     console.print(result.summary(), highlight=False)
     for component, text in result.best_candidate.items():
@@ -87,6 +100,8 @@ def optimize(
     n_test: int | None = typer.Option(None, help="Test examples."),
     proposals_per_round: int | None = typer.Option(None, help="Proposals tried at once (for slow parallel APIs)."),
     cache: str | None = typer.Option(None, help="LM response cache: auto (temperature 0), always, off."),
+    task_option: list[str] | None = typer.Option(
+        None, "--task-option", help="Task option KEY=VALUE (repeatable), e.g. judge_lm=openai:gpt-4.1-mini."),
     storage: str = StorageOpt,
     run: str | None = typer.Option(None, "--run", help="Run name; an existing run is resumed."),
     stop_file: str | None = typer.Option(None, help="Stop gracefully when this file appears."),
@@ -98,7 +113,7 @@ def optimize(
              "max_concurrency": concurrency, "minibatch_size": minibatch_size, "use_merge": merge,
              "time_limit": time_limit, "patience": patience, "target_score": target, "data_dir": data_dir,
              "n_train": n_train, "n_val": n_val, "n_test": n_test, "proposals_per_round": proposals_per_round,
-             "cache": cache}
+             "cache": cache, "task_options": _task_options(task_option)}
     try:
         cfg = load_config(config, **given)
     except ConfigError as exc:
