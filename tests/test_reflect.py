@@ -121,3 +121,17 @@ def test_unchanged_retry_asks_to_apply_the_models_own_lessons():
     assert msgs[-2]["role"] == "assistant"
     assert "- 'half a dozen' means 6" in msgs[-1]["content"] and "explicit rules" in msgs[-1]["content"]
     assert retry_messages([{"role": "user", "content": "q"}], raw, "truncated") == [{"role": "user", "content": "q"}]
+
+
+def test_prompt_cap_holds_with_many_examples_and_counts_the_current_text():
+    many = [ReflectionExample("input " * 80, "output " * 40, "feedback " * 40, 0.0) for _ in range(40)]
+    current = "Do the task well. " * 60  # about 1,100 characters
+    user = build_prompt(current, many, max_chars=6000)[1]["content"]
+    assert current.strip() in user  # the current text is shown whole
+    assert len(user) < 6000 + 1500  # the cap (plus our fixed wording) holds with 40 examples
+    assert user.count("=== Example") >= 1
+
+
+def test_proposals_carrying_our_scaffolding_are_rejected():
+    raw = "<new_instruction>Answer with one word.\n[... 286 characters cut ...]\nBe brief.</new_instruction>"
+    assert vet(raw, "stop", CURRENT, EXAMPLES).rejected == "copies our prompt markers"

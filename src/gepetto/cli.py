@@ -83,7 +83,7 @@ def _report_result(name: str, result: Any, started: float) -> None:
 @app.command()
 def optimize(
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML or TOML file with run options."),
-    task: str | None = typer.Option(None, help="Built-in task (demo, hotpotqa, ifeval, ifbench, pupa, gsm8k, aime)."),
+    task: str | None = typer.Option(None, help="Built-in task: demo, clinc-banking, ... (docs/tasks.md)."),
     task_lm: str | None = typer.Option(None, help="Task LM, e.g. local:qwen2.5-coder-0.5b, openai:MODEL@URL."),
     reflection_lm: str | None = typer.Option(None, help="Reflection LM name."),
     budget: int | None = typer.Option(None, help="Rollout budget (one program run on one example)."),
@@ -99,6 +99,7 @@ def optimize(
     n_val: int | None = typer.Option(None, help="Validation examples."),
     n_test: int | None = typer.Option(None, help="Test examples."),
     proposals_per_round: int | None = typer.Option(None, help="Proposals tried at once (for slow parallel APIs)."),
+    proposer: str | None = typer.Option(None, help="edit (one rule per proposal) or rewrite (whole text)."),
     cache: str | None = typer.Option(None, help="LM response cache: auto (temperature 0), always, off."),
     task_option: list[str] | None = typer.Option(
         None, "--task-option", help="Task option KEY=VALUE (repeatable), e.g. judge_lm=openai:gpt-4.1-mini."),
@@ -113,6 +114,7 @@ def optimize(
              "max_concurrency": concurrency, "minibatch_size": minibatch_size, "use_merge": merge,
              "time_limit": time_limit, "patience": patience, "target_score": target, "data_dir": data_dir,
              "n_train": n_train, "n_val": n_val, "n_test": n_test, "proposals_per_round": proposals_per_round,
+             "proposer": proposer,
              "cache": cache, "task_options": _task_options(task_option)}
     try:
         cfg = load_config(config, **given)

@@ -176,3 +176,5 @@ class Task:
     valset: list[Example]
     testset: list[Example] = field(default_factory=list)
     description: str = ""
+    expert_candidate: Candidate | None = None  # a hand-written strong prompt, to measure the headroom
+    baseline: Any = None  # a trivial constant output (e.g. the majority label), scored by the metric

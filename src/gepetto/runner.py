@@ -51,6 +51,7 @@ class RunConfig(BaseModel):
     task_options: dict[str, Any] = Field(default_factory=dict)
     cache: Literal["auto", "always", "off"] = "auto"
     proposals_per_round: int = Field(1, ge=1, description="proposals tried at once (for slow parallel APIs)")
+    proposer: Literal["edit", "rewrite"] = "rewrite"
     # price table: LM name -> [dollars per million input tokens, per million output tokens]
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
@@ -202,6 +203,7 @@ def start_or_resume(
         budget=cfg.budget, seed=cfg.seed, minibatch_size=cfg.minibatch_size, max_concurrency=cfg.max_concurrency,
         use_merge=cfg.use_merge, max_merges=cfg.max_merges, time_limit=cfg.time_limit, patience=cfg.patience,
         target_score=cfg.target_score, stop_file=stop_file, proposals_per_round=cfg.proposals_per_round,
+        proposer=cfg.proposer,
     )
     try:
         result = run_engine(engine)

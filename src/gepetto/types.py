@@ -89,11 +89,17 @@ class Example:
 
 @dataclass(frozen=True)
 class Score:
-    """A metric's verdict on one rollout: value in [0, 1], feedback in words, optional named objectives."""
+    """A metric's verdict on one rollout: value in [0, 1], feedback in words, optional named objectives.
+
+    `pattern` optionally names the kind of failure in a few words (e.g. "answered balance, expected
+    bill_balance", "missed the city slot"); reflection groups failures by it to see which mistakes are
+    frequent. Without it, failures are grouped by their feedback's first sentence.
+    """
 
     value: float
     feedback: str = ""
     objectives: Mapping[str, float] = field(default_factory=dict)
+    pattern: str = ""
 
     def __post_init__(self) -> None:
         v = float(self.value)

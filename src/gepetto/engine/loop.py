@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from gepetto.engine import edits
 from gepetto.engine.merge import find_merge
 from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
@@ -58,6 +59,12 @@ class EngineConfig:
     stop_file: str | None = None
     max_idle_iterations: int = 10  # stop when this many iterations in a row spend no rollout
     proposals_per_round: int = 1  # >1 tries several proposals at once (faster against parallel LM APIs)
+    # "edit": one rule per proposal for one frequent mistake, gated on failures and solved cases (engine/edits.py);
+    # "rewrite": the paper's full rewrite of the component from a minibatch (engine/reflect.py)
+    proposer: Literal["edit", "rewrite"] = "rewrite"
+    evidence_size: int = 8  # edit: paid training rollouts a parent needs before its mistakes are grouped
+    gate_solved: int = 3  # edit: solved examples added to the child's test, so rules that break them fail
+    rule_max_tokens: int = 120
 
 
 @dataclass
@@ -150,6 +157,8 @@ class Engine:
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None
         self._tried: set[str] = set()  # ids of every child ever proposed (never pay twice for one text)
+        # edit reflection's memory: (parent id, component) -> failure pattern -> rules that did not help
+        self._rules_tried: dict[tuple[str, str], dict[str, list[str]]] = {}
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
         self._since_improvement = 0
@@ -217,10 +226,15 @@ class Engine:
         parent = st.records[parent_idx].candidate
         turn = st.next_component.get(parent_idx, 0)
         st.next_component[parent_idx] = turn + 1
-        batch = self._next_minibatch(parent)
+        if self.config.proposer == "edit":
+            batch = self._evidence_batch(parent)
+            gate = self.config.minibatch_size + self.config.gate_solved
+        else:
+            batch = self._next_minibatch(parent)
+            gate = len(batch)
         unknown = sum(st.known(parent, e.id) is None for e in batch)
         return _Plan(st.iteration, parent_idx, self.components[turn % len(self.components)], batch,
-                     unknown + len(batch) + len(self.valset))
+                     unknown + gate + len(self.valset))
 
     async def _reflective_round(self) -> None:
         """Plan up to `proposals_per_round` proposals, try them concurrently, add the accepted ones in order.
@@ -253,6 +267,8 @@ class Engine:
         parent = st.records[plan.parent_idx].candidate
         self.on_event("phase", {"phase": "minibatch", "candidate": plan.parent_idx, "component": plan.component})
         parent_runs = await self._evaluate(parent, plan.batch)
+        if cfg.proposer == "edit":
+            return await self._try_edit(plan, parent)
         if all(r.score.value >= cfg.perfect_score for r in parent_runs):
             st.proposals["skipped: parent perfect on minibatch"] += 1
             return None
@@ -278,6 +294,72 @@ class Engine:
             return None
         st.proposals["accepted"] += 1
         return child, await self._validate(child, "reflection")
+
+    async def _try_edit(self, plan: _Plan, parent: Candidate) -> tuple[Candidate, dict[str, float]] | None:
+        """One rule for one frequent mistake of the parent, tested on its failures and on solved cases."""
+        cfg, st = self.config, self.state
+        evidence = [r for e in self.trainset if (r := st.known(parent, e.id)) is not None]
+        rng = random.Random(f"{cfg.seed}:{plan.iteration}:edit")
+        tried = self._rules_tried.setdefault((parent.id, plan.component), {})
+        focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
+                                   max_contrast=cfg.gate_solved)
+        if focus is None:
+            st.proposals["skipped: no open mistake in the known training rollouts"] += 1
+            return None
+        current = parent[plan.component]
+        rule = await self._ask_rule(current, focus, plan, tried.get(focus.pattern, []))
+        if rule is None:
+            return None
+        child = parent.replace(plan.component, edits.apply_rule(current, rule))
+        if child.id in self._tried:
+            st.proposals["rejected: already tried"] += 1
+            return None
+        self._tried.add(child.id)
+        by_id = {e.id: e for e in self.trainset}
+        gate = [by_id[i] for i in edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size,
+                                                    cfg.gate_solved, rng)]
+        parent_runs = await self._evaluate(parent, gate)  # known: free
+        child_runs = await self._evaluate(child, gate)
+        before, after = sum(r.score.value for r in parent_runs), sum(r.score.value for r in child_runs)
+        accepted = after > before if cfg.accept == "strict" else after >= before
+        self.on_event("proposal", {"parent": plan.parent_idx, "component": plan.component,
+                                   "text": child[plan.component], "rule": rule, "pattern": focus.pattern,
+                                   "minibatch_before": before, "minibatch_after": after, "accepted": accepted})
+        if not accepted:
+            tried.setdefault(focus.pattern, []).append(rule)
+            st.proposals["rejected: not better on minibatch"] += 1
+            return None
+        st.proposals["accepted"] += 1
+        # rules that failed on the parent would fail on the child too: it inherits the memory
+        self._rules_tried[(child.id, plan.component)] = {p: list(r) for p, r in tried.items()}
+        return child, await self._validate(child, "reflection")
+
+    async def _ask_rule(self, current: str, focus: edits.Focus, plan: _Plan, tried_rules: list[str]) -> str | None:
+        """Ask the reflection LM for one rule; vet each answer and retry a bounded number of times."""
+        cfg, st = self.config, self.state
+        self.on_event("phase", {"phase": "reflection"})
+        messages = edits.build_edit_prompt(current, focus, plan.component, tried_rules)
+        shown = [edits.shown(r, plan.component) for r in focus.failures + focus.contrast]
+        temps = list(cfg.reflection_temperatures) or [0.0]
+        for attempt in range(cfg.reflection_attempts):
+            params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": cfg.rule_max_tokens,
+                      "seed": cfg.seed * 100_003 + plan.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
+            try:
+                out = await self.reflection_lm.complete(messages, **params)
+            except Exception as exc:  # a flaky reflection LM costs an attempt, not the run
+                st.proposals["reflection error"] += 1
+                self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
+                continue
+            rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown)
+            self.on_event("reflection", {"attempt": attempt, "rejected": why, "text": rule, "raw": out.text})
+            if not why:
+                return rule
+            st.proposals[f"rejected: {why}"] += 1
+            messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
+                        {"role": "user", "content": f"That answer was not usable ({why}). Write one general rule, "
+                                                    f"one or two sentences, between {edits.RULE_OPEN} and "
+                                                    f"{edits.RULE_CLOSE}."}]
+        return None
 
     async def _merge_step(self) -> None:
         cfg, st = self.config, self.state
@@ -421,6 +503,26 @@ class Engine:
             if len(chosen) == b:
                 break
         return (chosen + solved)[:b]
+
+    def _evidence_batch(self, parent: Candidate) -> list[Example]:
+        """Training examples the parent has not run yet, in epoch order: `minibatch_size` of them, more while
+        the parent has fewer than `evidence_size` known training rollouts."""
+        cfg, st = self.config, self.state
+        n = len(self.trainset)
+        known = sum(st.known(parent, e.id) is not None for e in self.trainset)
+        want = min(max(cfg.minibatch_size, cfg.evidence_size - known), n - known)
+        chosen: list[Example] = []
+        for _ in range(n):
+            if len(chosen) >= want:
+                break
+            epoch, pos = divmod(st.train_cursor, n)
+            order = list(range(n))
+            random.Random(f"{cfg.seed}:epoch:{epoch}").shuffle(order)
+            ex = self.trainset[order[pos]]
+            st.train_cursor += 1
+            if st.known(parent, ex.id) is None and all(ex.id != c.id for c in chosen):
+                chosen.append(ex)
+        return chosen
 
     def _check_stop(self) -> str | None:
         cfg, st = self.config, self.state

@@ -1,5 +1,7 @@
 """System-aware merge: combine two lineages by taking, per component, the text that moved away from a
-common ancestor. Useful when different components improved along different branches."""
+common ancestor. Useful when different components improved along different branches. When both lineages
+only appended lines to the same component (as edit reflection does, one rule per line), the merge keeps
+both sets of lines: rules found on different branches come together."""
 
 from __future__ import annotations
 
@@ -21,10 +23,22 @@ def ancestors(idx: int, parents: Sequence[Sequence[int]]) -> set[int]:
     return seen
 
 
+def union_of_appends(ta: str, tb: str, t0: str) -> str | None:
+    """`t0` plus the lines `ta` and `tb` each appended to it (b's new lines after a's), or None when either
+    text changed more than appending lines."""
+    base, la, lb = t0.rstrip().splitlines(), ta.rstrip().splitlines(), tb.rstrip().splitlines()
+    if la[: len(base)] != base or lb[: len(base)] != base:
+        return None
+    added_a = la[len(base):]
+    added = added_a + [line for line in lb[len(base):] if line not in added_a]
+    return "\n".join(base + added)
+
+
 def merge_texts(
     a: Candidate, b: Candidate, ancestor: Candidate, mean_a: float, mean_b: float, rng: random.Random
 ) -> Candidate:
-    """Per component: keep a text both share; else the one that changed; if both changed, the better parent's."""
+    """Per component: keep a text both share; else the one that changed; if both only appended lines, both
+    sets of lines; otherwise the better parent's."""
     texts: dict[str, str] = {}
     for name in ancestor:
         ta, tb, t0 = a[name], b[name], ancestor[name]
@@ -32,6 +46,8 @@ def merge_texts(
             texts[name] = ta
         elif ta == t0:
             texts[name] = tb
+        elif (union := union_of_appends(ta, tb, t0)) is not None:
+            texts[name] = union
         elif mean_a != mean_b:
             texts[name] = ta if mean_a > mean_b else tb
         else:

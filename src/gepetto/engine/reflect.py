@@ -45,6 +45,8 @@ RETRY_HINTS = {
     "instruction that fixes the failures described in the feedback, between {open} and {close}.",
     "chat reply": "Do not talk to me or ask for inputs. Write the instruction for the assistant itself, between "
     "{open} and {close}.",
+    "copies our prompt markers": "That contains markers from my message (example headers, tags or cut marks). "
+    "Write only the instruction itself, in plain words, between {open} and {close}.",
     "echoes the examples": "That copies the examples. Write general instructions for the task instead (rules, "
     "format, facts), between {open} and {close}.",
 }
@@ -127,8 +129,11 @@ def reflective_examples(rollouts: Sequence[Rollout], component: str) -> list[Ref
 def build_prompt(
     current: str, examples: Sequence[ReflectionExample], *, max_chars: int = 6000
 ) -> list[Message]:
-    """The reflection request. The examples' text is capped to `max_chars` in total."""
-    per_example = max(max_chars // max(len(examples), 1), 300)
+    """The reflection request: the current text in full, then as many examples as fit in `max_chars` in all
+    (at least one, each clipped to its share; failures come first in `examples`)."""
+    room = max(max_chars - len(current), 400)
+    examples = list(examples)[: max(1, room // 400)]
+    per_example = max(room // max(len(examples), 1), 400) - 100  # 100: headers and clip marks of one block
     blocks = []
     for i, ex in enumerate(examples, 1):
         body = (
@@ -265,6 +270,21 @@ def vet(
         return ReflectionProposal(text, "unchanged", raw)
     if _CHAT_OPENERS.match(text) or (_CHAT_ASKS.search(text) and len(text) < 400):
         return ReflectionProposal(text, "chat reply", raw)
+    if has_scaffolding(text):
+        return ReflectionProposal(text, "copies our prompt markers", raw)
     if echo_fraction(text, examples) > max_echo:
         return ReflectionProposal(text, "echoes the examples", raw)
     return ReflectionProposal(text, "", raw)
+
+
+# Text of ours that must never end up inside a candidate (small models copy what they see).
+_SCAFFOLDING = re.compile(
+    r"\[\.\.\. \d+ characters cut \.\.\.\]|</?(?:rule|new_instruction|current_instruction)>|^=== |"
+    r"\bExample \d+\b|\[Assistant's answer\]|\[Feedback\]|\[Input\]",
+    re.I | re.M,
+)
+
+
+def has_scaffolding(text: str) -> bool:
+    """Whether `text` carries our prompt scaffolding (clip markers, our tags, example headers)."""
+    return bool(_SCAFFOLDING.search(text))

@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
     trace TEXT NOT NULL,
     error TEXT,
     texts TEXT,
+    pattern TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (run, candidate_id, example_id)
 );
 CREATE TABLE IF NOT EXISTS examples (
@@ -132,6 +133,9 @@ class RunStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
         self._db.executescript(SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(evaluations)")}
+        if "pattern" not in columns:  # a store written before Score.pattern existed
+            self._db.execute("ALTER TABLE evaluations ADD COLUMN pattern TEXT NOT NULL DEFAULT ''")
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -231,18 +235,19 @@ class RunStore:
         except (TypeError, ValueError):
             output = json.dumps(repr(rollout.output), ensure_ascii=False)
         with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?)",
+            db.execute("INSERT OR IGNORE INTO evaluations (run, candidate_id, example_id, score, feedback, objectives, "
+                       "output, trace, error, texts, pattern) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        (run, candidate.id, example_id, rollout.score.value, rollout.score.feedback,
                         dumps(dict(rollout.score.objectives)), output, dumps([t.to_dict() for t in rollout.trace]),
-                        rollout.error, dumps(candidate.to_dict())))
+                        rollout.error, dumps(candidate.to_dict()), rollout.score.pattern))
 
     def rollouts(self, run: str) -> dict[tuple[str, str], Rollout]:
         """All stored rollouts of a run, keyed by (candidate id, example id)."""
-        rows = self._db.execute("SELECT candidate_id, example_id, score, feedback, objectives, output, trace, error "
-                                "FROM evaluations WHERE run=?", (run,)).fetchall()
+        rows = self._db.execute("SELECT candidate_id, example_id, score, feedback, objectives, output, trace, error, "
+                                "pattern FROM evaluations WHERE run=?", (run,)).fetchall()
         out = {}
-        for cid, eid, score, feedback, objectives, output, trace, error in rows:
-            out[(cid, eid)] = Rollout(eid, Score(score, feedback, json.loads(objectives)),
+        for cid, eid, score, feedback, objectives, output, trace, error, pattern in rows:
+            out[(cid, eid)] = Rollout(eid, Score(score, feedback, json.loads(objectives), pattern or ""),
                                       json.loads(output) if output is not None else None,
                                       [TraceEntry(**t) for t in json.loads(trace)], error)
         return out

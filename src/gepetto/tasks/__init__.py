@@ -17,7 +17,22 @@ TASKS: dict[str, str] = {
     "pupa": "gepetto.tasks.pupa",
     "gsm8k": "gepetto.tasks.math",
     "aime": "gepetto.tasks.math",
+    "clinc-banking": "gepetto.tasks.intents",  # real track: cheap rollouts, measured headroom
+    "clinc-credit-oos": "gepetto.tasks.intents",
+    "snips-restaurant": "gepetto.tasks.slots",
+    "snips-weather": "gepetto.tasks.slots",
     "sim": "gepetto.sim",  # simulated, known optimum: for tests, benchmarks and trying the CLI without models
+}
+
+
+# options that make one module's task into a named variant
+_VARIANTS: dict[str, dict[str, Any]] = {
+    "gsm8k": {"dataset": "gsm8k"},
+    "aime": {"dataset": "aime"},
+    "clinc-banking": {"domain": "banking", "oos": False},
+    "clinc-credit-oos": {"domain": "credit_cards", "oos": True},
+    "snips-restaurant": {"intent": "BookRestaurant"},
+    "snips-weather": {"intent": "GetWeather"},
 }
 
 
@@ -31,6 +46,6 @@ def load_task(name: str, **options: Any) -> Task:
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; built-in tasks: {', '.join(sorted(TASKS))}")
     module = importlib.import_module(TASKS[name])
-    if name in ("gsm8k", "aime"):
-        options.setdefault("dataset", name)
+    for key, value in _VARIANTS.get(name, {}).items():
+        options.setdefault(key, value)
     return module.load(**options)

@@ -1,0 +1,158 @@
+"""The real track: tasks with cheap rollouts and measured headroom, on the embedded models (issue 10).
+
+Usage:
+  python benchmarks/realtrack.py headroom [--tasks ...]                    # baseline / seed / expert on val+test
+  python benchmarks/realtrack.py optimize --proposer edit --seeds 0 1 2 [--tasks ...] [--budget 300]
+
+Every task keeps one fixed split (data seed 0: CLINC150's / SNIPS' own train, val and test files); the
+optimisation seed varies. Runs are stored and resumable in --storage (run name `rt-TASK-PROPOSER-sSEED`);
+task-LM answers are cached there too, so scoring the same candidate twice costs nothing. Each line of
+results is appended as JSON to --log; `table` turns the log into the markdown tables of
+benchmarks/results/realtrack.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gepetto.api import evaluate_async
+from gepetto.lm.cache import CachedLM
+from gepetto.lm.names import make_lm
+from gepetto.runner import load_config, start_or_resume
+from gepetto.tasks import load_task
+from gepetto.types import Candidate
+
+TASKS = ["clinc-banking", "clinc-credit-oos", "snips-restaurant"]
+TASK_LM, REFLECTION_LM = "local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b"
+SPLIT_SEED = 0
+
+
+def _task(name: str) -> Any:
+    return load_task(name, seed=SPLIT_SEED)
+
+
+async def _score(task: Any, candidate: Candidate, examples: list, lm: Any) -> float:
+    ev = await evaluate_async(candidate, examples, task.metric, program=task.program, task_lm=lm, max_concurrency=4)
+    return ev.mean
+
+
+def _constant(task: Any, examples: list) -> float:
+    out = task.baseline
+    return sum(task.metric(e, out, []).value for e in examples) / len(examples)
+
+
+def headroom(name: str, storage: Path) -> dict[str, Any]:
+    task = _task(name)
+    lm = CachedLM(make_lm(TASK_LM), storage)
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"kind": "headroom", "task": name,
+                           "splits": [len(task.trainset), len(task.valset), len(task.testset)],
+                           "baseline": task.baseline}
+    for split, data in (("val", task.valset), ("test", task.testset)):
+        row[f"baseline_{split}"] = _constant(task, data)
+        row[f"seed_{split}"] = asyncio.run(_score(task, task.seed_candidate, data, lm))
+        row[f"expert_{split}"] = asyncio.run(_score(task, task.expert_candidate, data, lm))
+    row["seconds"] = round(time.perf_counter() - t0)
+    return row
+
+
+def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
+             extra: dict[str, Any]) -> dict[str, Any]:
+    task = _task(name)
+    cfg = load_config(task=name, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, seed=seed, budget=budget,
+                      max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED}, **extra)
+    counts: dict[str, int] = {"reflections": 0, "usable": 0}
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "reflection":
+            counts["reflections"] += 1
+            counts["usable"] += not data["rejected"]
+        elif kind == "candidate":
+            rec = data["record"]
+            print(f"[{name} {proposer} s{seed}] candidate {rec.index} ({rec.origin}) val {rec.mean:.3f} "
+                  f"at {rec.rollouts_at_creation} rollouts", file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    run = f"rt-{name}-{proposer}-s{seed}" + (f"-{extra['run_suffix']}" if extra.get("run_suffix") else "")
+    cfg_run = cfg
+    _, result = start_or_resume(cfg_run, storage=storage, run=run, on_event=on_event)
+    seconds = time.perf_counter() - t0
+    lm = CachedLM(make_lm(TASK_LM), storage)
+    best_test = asyncio.run(_score(task, result.best_candidate, task.testset, lm))
+    return {"kind": "run", "task": name, "proposer": proposer, "seed": seed, "budget": budget,
+            "rollouts": result.rollouts_used, "seed_val": result.seed_score, "best_val": result.best_score,
+            "best_test": best_test, "candidates": len(result.candidates), "proposals": result.proposals,
+            "reflections": counts["reflections"], "usable": counts["usable"], "seconds": round(seconds),
+            "stop_reason": result.stop_reason, "best": dict(result.best_candidate)}
+
+
+def table(log: Path) -> str:
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    head = {r["task"]: r for r in rows if r["kind"] == "headroom"}
+    runs = [r for r in rows if r["kind"] == "run"]
+    out = []
+    for name, h in head.items():
+        out.append(f"\n### {name} (train/val/test {'/'.join(map(str, h['splits']))})\n")
+        out.append("| candidate | val | test |\n|---|---:|---:|")
+        out.append(f"| trivial baseline (always `{h['baseline']}`) | {h['baseline_val']:.3f} | "
+                   f"{h['baseline_test']:.3f} |")
+        out.append(f"| plain seed | {h['seed_val']:.3f} | {h['seed_test']:.3f} |")
+        out.append(f"| expert prompt (hand-written) | {h['expert_val']:.3f} | {h['expert_test']:.3f} |")
+        gap = h["expert_test"] - h["seed_test"]
+        by: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for r in runs:
+            if r["task"] == name:
+                by.setdefault((r["proposer"], r["budget"]), []).append(r)
+        for (proposer, budget), rs in sorted(by.items()):
+            tests = [r["best_test"] for r in rs]
+            vals = [r["best_val"] for r in rs]
+            spread = f" ± {statistics.stdev(tests):.3f}" if len(tests) > 1 else ""
+            closed = (statistics.mean(tests) - h["seed_test"]) / gap if gap > 0 else float("nan")
+            out.append(f"| gepetto `{proposer}`, budget {budget}, seeds {','.join(str(r['seed']) for r in rs)} | "
+                       f"{statistics.mean(vals):.3f} | {statistics.mean(tests):.3f}{spread} "
+                       f"(gap closed {closed:+.0%}) |")
+        out.append("")
+        for r in runs:
+            if r["task"] == name:
+                props = ", ".join(f"{k} {v}" for k, v in sorted(r["proposals"].items()))
+                out.append(f"- `{r['proposer']}` seed {r['seed']}: test {r['best_test']:.3f}, val "
+                           f"{r['seed_val']:.3f} -> {r['best_val']:.3f}, {r['rollouts']}/{r['budget']} rollouts, "
+                           f"{r['candidates']} candidates, {r['usable']}/{r['reflections']} reflection answers "
+                           f"usable, {r['seconds']} s; {props}")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["headroom", "optimize", "table"])
+    ap.add_argument("--tasks", nargs="+", default=TASKS)
+    ap.add_argument("--proposer", default="edit", choices=["edit", "rewrite"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--budget", type=int, default=300)
+    ap.add_argument("--storage", default="realtrack.sqlite")
+    ap.add_argument("--log", default="benchmarks/results/realtrack.jsonl")
+    args = ap.parse_args()
+    log, storage = Path(args.log), Path(args.storage)
+    if args.what == "table":
+        print(table(log))
+        return
+    for name in args.tasks:
+        for seed in args.seeds if args.what == "optimize" else [None]:
+            row = headroom(name, storage) if seed is None else optimize(name, args.proposer, seed, args.budget,
+                                                                        storage, {})
+            row["command"] = "python benchmarks/realtrack.py " + " ".join(sys.argv[1:])
+            row["date"] = time.strftime("%Y-%m-%d %H:%M")
+            print(json.dumps(row), flush=True)
+            with open(log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

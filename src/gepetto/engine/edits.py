@@ -1,0 +1,192 @@
+"""Edit reflection: one small, checkable change per proposal, aimed at one frequent mistake.
+
+Small reflection models (1-2B) rarely improve a prompt by rewriting it whole: their rewrites come back
+truncated, unchanged, or lose what worked. What they can do is write one rule for one mistake when they are
+shown that mistake several times, next to cases that must not change. So an edit proposal:
+
+1. gathers evidence for free: every rollout the parent already paid for on training examples;
+2. groups the failures into patterns (`Score.pattern`, else the feedback's first sentence) and picks one,
+   weighted by how often it occurs, skipping patterns whose rules already failed twice on this parent;
+3. asks for ONE rule that fixes it, showing a few of its failures, a few solved contrast cases and the
+   rules already tried for it; the answer is a sentence or two, fast to decode even on a CPU;
+4. appends the rule to the component's text (the child), and gates it on the focus failures *and* on
+   solved examples, so a rule that breaks easy cases is rejected before a validation pass is paid.
+
+Pure functions here; the loop (engine/loop.py) pays for rollouts and asks the reflection LM.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gepetto.engine.reflect import _CHAT_ASKS, _CHAT_OPENERS, clip, drop_repeats, echo_fraction, has_scaffolding
+from gepetto.engine.reflect import ReflectionExample as Shown
+from gepetto.lm.base import Message
+from gepetto.program import Rollout
+
+RULE_OPEN, RULE_CLOSE = "<rule>", "</rule>"
+MAX_RULE_CHARS = 400
+
+SYSTEM_PROMPT = (
+    "You improve the instruction of an AI assistant one rule at a time. You read a mistake it keeps making "
+    "and write one short, general rule that fixes it. You never answer the examples yourself and you never "
+    "talk to the user."
+)
+
+def pattern_of(rollout: Rollout) -> str:
+    """The failure's pattern: the metric's `Score.pattern`, else the first sentence of its feedback."""
+    if rollout.score.pattern:
+        return rollout.score.pattern
+    first = re.split(r"(?<=[.!?])\s", rollout.score.feedback.strip(), maxsplit=1)[0]
+    return first[:120] or "failed"
+
+
+@dataclass(frozen=True)
+class Focus:
+    """The mistake an edit targets: its pattern, how often it was seen, the failures and contrast cases."""
+
+    pattern: str
+    count: int
+    failures: list[Rollout]
+    contrast: list[Rollout]
+
+
+def choose_focus(
+    evidence: Sequence[Rollout], perfect: float, tried: dict[str, list[str]], rng: random.Random,
+    *, max_failures: int = 4, max_contrast: int = 3, max_tries: int = 2,
+) -> Focus | None:
+    """Pick a failure pattern (weighted by frequency, skipping exhausted ones) and the examples to show."""
+    failures = [r for r in evidence if r.score.value < perfect]
+    solved = [r for r in evidence if r.score.value >= perfect]
+    groups: dict[str, list[Rollout]] = {}
+    for r in failures:
+        groups.setdefault(pattern_of(r), []).append(r)
+    open_groups = {p: rs for p, rs in groups.items() if len(tried.get(p, [])) < max_tries}
+    if not open_groups:
+        return None
+    names = sorted(open_groups)  # sorted: the draw depends on the rng only, never on dict order
+    pattern = rng.choices(names, weights=[len(open_groups[p]) for p in names])[0]
+    chosen = sorted(open_groups[pattern], key=lambda r: r.example_id)
+    rng.shuffle(chosen)
+    # contrast: solved cases whose answers the failures gave wrongly first (a rule must not break them)
+    wrong_outputs = {_text(r.output) for r in chosen}
+    ranked = sorted(solved, key=lambda r: (_text(r.output) not in wrong_outputs, rng.random()))
+    return Focus(pattern, len(open_groups[pattern]), chosen[:max_failures], ranked[:max_contrast])
+
+
+def _text(output: object) -> str:
+    return " ".join(str(output if output is not None else "").lower().split())
+
+
+def shown(rollout: Rollout, component: str, limit: int = 600) -> Shown:
+    """What the reflection LM sees of one rollout, for one component (its own calls, else the whole run)."""
+    calls = [t for t in rollout.trace if t.component == component]
+    if calls:
+        inputs = "\n".join(t.inputs for t in calls)
+        output = "\n".join(t.output for t in calls)
+    else:
+        inputs, output = "(this component was not called)", _text(rollout.output) if rollout.output else ""
+        if rollout.error:
+            output = f"(error) {rollout.error}"
+    return Shown(clip(inputs, limit), clip(output, limit // 2), clip(rollout.score.feedback, limit // 2),
+                 rollout.score.value)
+
+
+def build_edit_prompt(current: str, focus: Focus, component: str, tried_rules: Sequence[str]) -> list[Message]:
+    """The request for one rule. Our markers never surround text the model should copy into its rule."""
+    fails = [shown(r, component) for r in focus.failures]
+    goods = [shown(r, component, 300) for r in focus.contrast]
+    parts = [
+        f"The assistant follows this instruction:\n<current_instruction>\n{current}\n</current_instruction>\n",
+        f"It keeps making this mistake: {focus.pattern} ({focus.count} times in the cases we checked). "
+        "Some of them:\n",
+    ]
+    for ex in fails:
+        parts.append(f"Input: {ex.inputs}\nAssistant's answer: {ex.output}\nFeedback: {ex.feedback}\n")
+    if goods:
+        parts.append("It answers these correctly, and the new rule must not change these answers:\n")
+        for ex in goods:
+            parts.append(f"Input: {ex.inputs}\nAssistant's answer: {ex.output}\n")
+    if tried_rules:
+        parts.append("Rules already tried for this mistake that did not help (write a different one):\n"
+                     + "\n".join(f"- {r}" for r in tried_rules) + "\n")
+    parts.append(
+        "Write ONE new rule to add to the instruction so that the assistant stops making this mistake, "
+        "without changing the correct answers. Make it one or two sentences, in general terms (say what to "
+        "look for in the input and what to answer), addressed to the assistant. Do not answer the inputs and "
+        f"do not quote them. Write only the rule, between {RULE_OPEN} and {RULE_CLOSE}."
+    )
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(parts)}]
+
+
+def parse_rule(raw: str) -> str:
+    """The rule inside the answer (tags, else the first non-empty paragraph), as one line."""
+    lower = raw.lower()
+    start = lower.find(RULE_OPEN)
+    if start >= 0:
+        end = lower.find(RULE_CLOSE, start)
+        text = raw[start + len(RULE_OPEN) : end if end >= 0 else len(raw)]
+    else:
+        paragraphs = [p for p in re.split(r"\n\s*\n", raw.strip()) if p.strip()]
+        text = paragraphs[0] if paragraphs else ""
+        text = re.sub(r"^\s*(?:\*\*)?(?:new )?rule(?:\*\*)?\s*:\s*", "", text, flags=re.I)
+    text = re.sub(r"^\s*(?:[-*•]|\d+[.)])\s+", "", text.strip())
+    return " ".join(text.replace(RULE_OPEN, " ").replace(RULE_CLOSE, " ").split()).strip('"').strip()
+
+
+def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequence[Shown]) -> tuple[str, str]:
+    """(rule, why rejected or ""): a rule worth a rollout is short, new, general and free of our markers."""
+    rule = parse_rule(raw)
+    if finish_reason == "length":
+        rule, _ = drop_repeats(rule)
+        sentences = re.split(r"(?<=[.!?])\s+", rule)
+        complete = [s for s in sentences if s.endswith((".", "!", "?"))]
+        if not complete:
+            return "", "truncated"
+        rule = " ".join(complete)
+    if len(rule) < 12:
+        return rule, "empty"
+    if len(rule) > MAX_RULE_CHARS:
+        sentences = re.split(r"(?<=[.!?])\s+", rule)
+        rule = " ".join(sentences[:2])[:MAX_RULE_CHARS]
+    if _normal(rule) in _normal(current):
+        return rule, "unchanged"
+    if _CHAT_OPENERS.match(rule) or _CHAT_ASKS.search(rule):
+        return rule, "chat reply"
+    if has_scaffolding(rule):
+        return rule, "copies our prompt markers"
+    if echo_fraction(rule, shown_examples) > 0.5:
+        return rule, "echoes the examples"
+    return rule, ""
+
+
+def apply_rule(current: str, rule: str) -> str:
+    """The child's text: the rule appended as a bullet line (a rules list grows at the end)."""
+    return f"{current.rstrip()}\n- {rule}"
+
+
+def gate_batch(focus: Focus, evidence: Sequence[Rollout], perfect: float, n_fail: int, n_solved: int,
+               rng: random.Random) -> list[str]:
+    """Example ids the child is tested on: focus failures, then solved cases (contrast first)."""
+    ids = [r.example_id for r in focus.failures[:n_fail]]
+    solved = [r.example_id for r in focus.contrast]
+    rest = sorted(r.example_id for r in evidence if r.score.value >= perfect and r.example_id not in solved)
+    rng.shuffle(rest)
+    ids += (solved + rest)[:n_solved]
+    if len(ids) < n_fail + n_solved:  # few solved cases: fill with other failures
+        others = sorted(r.example_id for r in evidence if r.example_id not in ids)
+        rng.shuffle(others)
+        ids += others[: n_fail + n_solved - len(ids)]
+    return ids
+
+
+def pattern_counts(evidence: Sequence[Rollout], perfect: float) -> Counter:
+    return Counter(pattern_of(r) for r in evidence if r.score.value < perfect)
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.lower().split())

@@ -1,0 +1,197 @@
+"""CLINC150 intent classification inside one domain: 15 confusable intents, optionally with out-of-scope.
+
+Program: one instruction (system prompt), the customer's message as the user message, the answer is one
+intent name. Metric: exact label after light normalisation (case, quotes, a trailing period, spaces or
+hyphens for underscores, a leading "intent:"); an answer that is not exactly one label scores 0 (an empty
+answer, `{}`, the message echoed back or a list of labels included). The feedback names the right label and,
+for a wrong label, the confusion (`Score.pattern` is "answered X, expected Y", so reflection can see which
+confusions are frequent).
+
+Splits come from CLINC150's own train / val / test files (so they never overlap): `n_train` training
+messages, `n_val` validation and `n_test` test messages, balanced over the intents (and, with
+`oos=True`, an out-of-scope share drawn from CLINC's oos_train / oos_val / oos_test).
+
+Two candidates per domain are given: the *plain seed* (the task, the labels and the answer format, stated
+plainly) and an *expert* prompt written by hand from the intent names before any optimisation (one line of
+definition per intent), not tuned on any split. The trivial baseline is the most frequent training label.
+
+Data: `clinc150/data_full.json` and `clinc150/domains.json` (clinc/oos-eval, CC BY 3.0).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from gepetto.program import Task, TraceEntry, single_instruction
+from gepetto.types import Candidate, Example, Score
+
+FOLDER = "clinc150"
+OOS = "out_of_scope"
+
+# Hand-written definitions, one line per intent (written from the intent names and the banking / card domain,
+# before any optimisation run; never tuned on data).
+DEFINITIONS: dict[str, dict[str, str]] = {
+    "banking": {
+        "balance": "asks how much money is in their own bank account (checking or savings balance)",
+        "bill_balance": "asks how much they owe on a bill (electricity, water, phone, cable, rent...)",
+        "bill_due": "asks when a bill is due (the due date of a bill)",
+        "pay_bill": "wants to pay a bill now or set up a bill payment",
+        "min_payment": "asks for the minimum payment due (usually on a credit card)",
+        "transfer": "wants to move money between accounts or send money to someone",
+        "transactions": "asks to see recent transactions or whether a specific charge or payment went through",
+        "spending_history": "asks how much they spent on something or in a period (spending over time)",
+        "interest_rate": "asks what interest rate an account pays or charges",
+        "routing": "asks for the bank's routing number",
+        "order_checks": "wants to order new paper checks (a checkbook)",
+        "freeze_account": "wants to freeze or lock their account themselves",
+        "account_blocked": "says their account is blocked, locked or frozen and asks why or how to unblock it",
+        "report_fraud": "reports fraud, an unauthorised charge or suspicious activity on their account",
+        "pin_change": "wants to change or reset their PIN",
+    },
+    "credit_cards": {
+        "credit_score": "asks what their current credit score is",
+        "improve_credit_score": "asks how to raise or improve their credit score",
+        "credit_limit": "asks what their credit card's spending limit is",
+        "credit_limit_change": "asks to raise or lower their credit limit",
+        "apr": "asks for the APR (annual percentage rate) of a card",
+        "rewards_balance": "asks how many reward points or how much cash back they have",
+        "redeem_rewards": "asks how to use or cash in reward points",
+        "new_card": "wants to apply for or get a new credit card",
+        "application_status": "asks whether a card application was approved or where it stands",
+        "report_lost_card": "reports a lost or stolen card",
+        "damaged_card": "says their card is damaged, broken or not readable",
+        "replacement_card_duration": "asks how long it takes to get a replacement card",
+        "expiration_date": "asks when their card expires",
+        "card_declined": "says their card was declined or asks why a payment was refused",
+        "international_fees": "asks about fees for using the card abroad or in a foreign currency",
+    },
+}
+OOS_DEFINITION = "anything that matches none of the intents above (another topic)"
+
+
+def labels(domain: str, oos: bool = False) -> list[str]:
+    """The label set of a domain (sorted), with `out_of_scope` last when `oos`."""
+    return sorted(DEFINITIONS[domain]) + ([OOS] if oos else [])
+
+
+def seed_instruction(domain: str, oos: bool = False) -> str:
+    """The plain seed: the task, the labels and the answer format, nothing more."""
+    scope = (f" If the message matches none of them, answer {OOS}." if oos else "")
+    return (f"Classify the customer's message into one of these {domain.replace('_', ' ')} intents: "
+            f"{', '.join(labels(domain))}.{scope} Reply with only the intent name.")
+
+
+def expert_instruction(domain: str, oos: bool = False) -> str:
+    """The hand-written expert prompt: the seed's task and format plus one line of definition per intent."""
+    lines = [f"- {name}: the customer {DEFINITIONS[domain][name]}" for name in sorted(DEFINITIONS[domain])]
+    if oos:
+        lines.append(f"- {OOS}: {OOS_DEFINITION}")
+    return (f"Classify the customer's message into exactly one {domain.replace('_', ' ')} intent. The intents:\n"
+            + "\n".join(lines) + "\nReply with only the intent name, exactly as written above.")
+
+
+_PREFIX = re.compile(r"^(?:the\s+)?(?:intent|label|answer|category)\s*(?:is)?\s*[:=-]?\s*", re.I)
+
+
+def normalize_label(text: Any) -> str:
+    """Lowercase, trim quotes/backticks/a trailing period and a leading 'intent:'; spaces and hyphens -> '_'."""
+    s = str(text if text is not None else "").strip().strip("`\"'*").strip()
+    s = _PREFIX.sub("", s).strip().strip("`\"'*").rstrip(".").strip()
+    return re.sub(r"[\s\-]+", "_", s.lower())
+
+
+def make_metric(label_set: list[str]) -> Any:
+    allowed = ", ".join(label_set)
+    known = set(label_set)
+
+    def metric(example: Example, output: Any, trace: list[TraceEntry] | None = None) -> Score:
+        gold = example.gold
+        got = normalize_label(output)
+        if got == gold:
+            return Score(1.0, f"Correct: {gold}.")
+        if got in known:
+            return Score(0.0, f"Wrong intent: answered {got}, but this message is {gold}.",
+                         pattern=f"answered {got}, expected {gold}")
+        shown = str(output or "").strip().replace("\n", " ")[:80] or "(empty)"
+        return Score(0.0, f"The answer {shown!r} is not one of the intents. Reply with exactly one intent name "
+                          f"from: {allowed}. Here the right intent is {gold}.", pattern="not a valid intent name")
+
+    return metric
+
+
+def _read(data_dir: Any) -> tuple[dict[str, list[list[str]]], dict[str, list[str]]]:
+    from gepetto.tasks import default_data_dir
+
+    base = Path(data_dir) if data_dir is not None else default_data_dir()
+    for folder in (base / FOLDER, base):
+        if (folder / "data_full.json").is_file():
+            data = json.loads((folder / "data_full.json").read_text(encoding="utf-8"))
+            domains_file = folder / "domains.json"
+            domains = json.loads(domains_file.read_text(encoding="utf-8")) if domains_file.is_file() else {}
+            return data, domains
+    raise FileNotFoundError(f"data_full.json not found under {base / FOLDER} (set data_dir or GEPETTO_DATA_DIR)")
+
+
+def _balanced(rows: list[tuple[str, str]], label_set: list[str], n: int, rng: random.Random) -> list[tuple[str, str]]:
+    """`n` rows spread as evenly as possible over the labels (round-robin over per-label shuffled lists)."""
+    by_label: dict[str, list[tuple[str, str]]] = {lab: [] for lab in label_set}
+    for row in rows:
+        if row[1] in by_label:
+            by_label[row[1]].append(row)
+    for items in by_label.values():
+        rng.shuffle(items)
+    out: list[tuple[str, str]] = []
+    depth = 0
+    while len(out) < n and any(len(v) > depth for v in by_label.values()):
+        for lab in label_set:
+            if len(out) < n and len(by_label[lab]) > depth:
+                out.append(by_label[lab][depth])
+        depth += 1
+    rng.shuffle(out)
+    return out
+
+
+def load(
+    data_dir: Any = None, *, seed: int = 0, domain: str = "banking", oos: bool = False,
+    n_train: int = 60, n_val: int = 30, n_test: int = 150, oos_share: float = 0.2, **_: Any,
+) -> Task:
+    """A CLINC150 single-domain task. Each split is drawn from CLINC's split of the same name."""
+    if domain not in DEFINITIONS:
+        raise ValueError(f"no hand-written definitions for domain {domain!r}; domains: {sorted(DEFINITIONS)}")
+    data, domains = _read(data_dir)
+    if domains and sorted(domains.get(domain, [])) != sorted(DEFINITIONS[domain]):
+        raise ValueError(f"domain {domain!r} in domains.json does not match the built-in intent list")
+    rng = random.Random(f"clinc:{domain}:{oos}:{seed}")
+    label_set = labels(domain, oos)
+    splits: dict[str, list[Example]] = {}
+    for part, n in (("train", n_train), ("val", n_val), ("test", n_test)):
+        n_oos = round(n * oos_share) if oos else 0
+        rows = _balanced([(t, lab) for t, lab in data[part]], labels(domain), n - n_oos, rng)
+        oos_rows = list(data[f"oos_{part}"])
+        rng.shuffle(oos_rows)
+        rows += [(t, OOS) for t, _ in oos_rows[:n_oos]]
+        rng.shuffle(rows)
+        splits[part] = [Example({"message": t}, gold=lab, id=f"clinc-{part}-{_key(t, lab)}") for t, lab in rows]
+    majority = Counter(e.gold for e in splits["train"]).most_common(1)[0][0]
+    name = f"clinc-{domain}" + ("-oos" if oos else "")
+    return Task(
+        name=name,
+        program=single_instruction("instruction", max_tokens=16),
+        metric=make_metric(label_set),
+        seed_candidate=Candidate(instruction=seed_instruction(domain, oos)),
+        trainset=splits["train"], valset=splits["val"], testset=splits["test"],
+        description=f"CLINC150 intents of the {domain} domain ({len(label_set)} labels): message -> intent name.",
+        expert_candidate=Candidate(instruction=expert_instruction(domain, oos)),
+        baseline=majority,
+    )
+
+
+def _key(text: str, label: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{text}\t{label}".encode()).hexdigest()[:10]

@@ -1,0 +1,149 @@
+"""Edit reflection (engine/edits.py): one rule per proposal for one frequent mistake, gated on solved cases."""
+
+import random
+import re
+
+import pytest
+
+from gepetto import sim
+from gepetto.api import build_engine
+from gepetto.engine import edits
+from gepetto.lm.base import ScriptedLM
+from gepetto.program import Rollout, TraceEntry
+from gepetto.types import Score
+
+
+def _rollout(eid: str, value: float, pattern: str = "", output: str = "x", feedback: str = "") -> Rollout:
+    return Rollout(eid, Score(value, feedback or ("Correct." if value else "Wrong."), pattern=pattern), output,
+                   [TraceEntry("instruction", f"input {eid}", output)])
+
+
+def test_choose_focus_weights_patterns_and_skips_exhausted_ones():
+    evidence = ([_rollout(f"a{i}", 0.0, "answered x, expected y") for i in range(6)]
+                + [_rollout("b0", 0.0, "answered z, expected y"), _rollout("ok", 1.0, output="x")])
+    picks = [edits.choose_focus(evidence, 1.0, {}, random.Random(s)).pattern for s in range(200)]
+    assert 0.75 < picks.count("answered x, expected y") / 200 < 0.95  # 6 against 1
+    focus = edits.choose_focus(evidence, 1.0, {"answered x, expected y": ["r1", "r2"]}, random.Random(0))
+    assert focus.pattern == "answered z, expected y" and focus.count == 1
+    assert [r.example_id for r in focus.contrast] == ["ok"]  # solved cases must not change: shown as contrast
+    exhausted = {"answered x, expected y": ["r1", "r2"], "answered z, expected y": ["r3", "r4"]}
+    assert edits.choose_focus(evidence, 1.0, exhausted, random.Random(0)) is None
+
+
+def test_pattern_falls_back_to_the_feedbacks_first_sentence():
+    r = Rollout("e", Score(0.0, "Expected 12. Note: a dozen is 12."), "6")
+    assert edits.pattern_of(r) == "Expected 12."
+
+
+def test_contrast_prefers_solved_cases_with_the_wrongly_given_answer():
+    evidence = [_rollout("f1", 0.0, "p", output="balance"), _rollout("s1", 1.0, output="routing"),
+                _rollout("s2", 1.0, output="balance"), _rollout("s3", 1.0, output="pin_change")]
+    focus = edits.choose_focus(evidence, 1.0, {}, random.Random(1), max_contrast=2)
+    assert focus.contrast[0].example_id == "s2"
+
+
+def test_gate_batch_has_failures_and_solved_cases():
+    evidence = [_rollout(f"f{i}", 0.0, "p") for i in range(5)] + [_rollout(f"s{i}", 1.0) for i in range(5)]
+    focus = edits.choose_focus(evidence, 1.0, {}, random.Random(0))
+    ids = edits.gate_batch(focus, evidence, 1.0, 3, 3, random.Random(0))
+    assert len(ids) == 6 and len(set(ids)) == 6
+    assert sum(i.startswith("f") for i in ids) == 3 and sum(i.startswith("s") for i in ids) == 3
+
+
+@pytest.mark.parametrize(
+    ("raw", "finish", "why"),
+    [
+        ("<rule>If the message asks what is owed on a bill, answer bill_balance.</rule>", "stop", ""),
+        ("Rule: If the message asks what is owed on a bill, answer bill_balance.", "stop", ""),
+        ("<rule></rule>", "stop", "empty"),
+        ("<rule>Reply with only the intent name.</rule>", "stop", "unchanged"),
+        ("<rule>Certainly! Please provide the messages.</rule>", "stop", "chat reply"),
+        ("<rule>Use [... 286 characters cut ...] carefully when answering.</rule>", "stop",
+         "copies our prompt markers"),
+        ("<rule>See Example 2 and answer like the feedback says.</rule>", "stop", "copies our prompt markers"),
+        ("<rule>how much do i still owe on my electricity bill this month please</rule>", "stop",
+         "echoes the examples"),
+        ("<rule>If the message asks what is owed on a bill, answer bill_balance. Also when the", "length", ""),
+        ("<rule>If the message asks what is owed on a bill and the", "length", "truncated"),
+    ],
+)
+def test_vet_rule(raw, finish, why):
+    shown = [edits.Shown("how much do i still owe on my electricity bill this month please", "balance",
+                         "Wrong intent.", 0.0)]
+    rule, got = edits.vet_rule(raw, finish, "Classify the message. Reply with only the intent name.", shown)
+    assert got == why, rule
+    if not why:
+        assert "bill_balance" in rule and not edits.has_scaffolding(rule)
+
+
+def test_prompt_shows_the_mistake_contrast_and_tried_rules():
+    evidence = [_rollout("f1", 0.0, "answered balance, expected bill_balance", output="balance"),
+                _rollout("s1", 1.0, output="balance")]
+    focus = edits.choose_focus(evidence, 1.0, {}, random.Random(0))
+    messages = edits.build_edit_prompt("Classify.", focus, "instruction", ["Answer carefully."])
+    user = messages[-1]["content"]
+    assert "answered balance, expected bill_balance (1 times" in user
+    assert "must not change these answers" in user and "input s1" in user
+    assert "- Answer carefully." in user and "<current_instruction>\nClassify.\n</current_instruction>" in user
+
+
+def _rule_writer(messages, params):
+    """A scripted reflection LM that reads the rule the feedback names and writes it as a rule."""
+    user = messages[1]["content"]
+    wanted = re.findall(r"need (rule-\d+)", user)
+    current = user.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
+    missing = [r for r in dict.fromkeys(wanted) if r not in current]
+    return f"<rule>Apply {missing[0]} to such questions.</rule>" if missing else "<rule></rule>"
+
+
+def test_edit_proposer_reaches_the_optimum_within_budget():
+    task = sim.task(n_train=16, n_val=8, kinds=4)
+    result = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                          program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(_rule_writer),
+                          budget=300, proposer="edit", use_merge=False).run
+    import asyncio
+
+    res = asyncio.run(result())
+    assert res.best_score == 1.0
+    assert res.rollouts_used <= 300
+    text = res.best_candidate["instruction"]
+    assert all(f"rule-{k}" in text for k in range(4))
+    assert text.startswith("Answer the question.\n- Apply rule-")  # rules appended as a list, seed kept
+
+
+def test_gate_rejects_a_rule_that_breaks_solved_cases():
+    """A rule that fixes the focus failures but breaks everything else must fail on the gate, not at validation."""
+    task = sim.task(n_train=16, n_val=8, kinds=2)
+    seed = task.seed_candidate.replace("instruction", "Answer the question. Apply rule-0.")
+
+    class Fragile(sim.SimTaskLM):
+        async def complete(self, messages, **params):
+            if "ALWAYS" in messages[0]["content"]:  # the bad rule: only kind-1 questions right
+                m = sim._Q.search(messages[-1]["content"])
+                ok = m and m.group(2) == "1"
+                return await super().complete([{"role": "system", "content": "rule-1" if ok else ""},
+                                               *messages[1:]], **params)
+            return await super().complete(messages, **params)
+
+    rules = iter(["<rule>ALWAYS answer as for rule-1 questions.</rule>"] * 50)
+    import asyncio
+
+    engine = build_engine(seed, task.trainset, task.metric, valset=task.valset, program=task.program,
+                          task_lm=Fragile(), reflection_lm=ScriptedLM(lambda m, p: next(rules)), budget=80,
+                          proposer="edit", use_merge=False, reflection_attempts=1)
+    res = asyncio.run(engine.run())
+    assert res.proposals.get("rejected: not better on minibatch", 0) >= 1
+    assert res.proposals.get("accepted", 0) == 0 and len(res.candidates) == 1
+
+
+def test_merge_unites_rules_appended_on_two_branches():
+    from gepetto.engine.merge import merge_texts, union_of_appends
+    from gepetto.types import Candidate
+
+    seed = "Classify the message.\nReply with the label."
+    a, b = f"{seed}\n- rule A", f"{seed}\n- rule B\n- rule A"
+    assert union_of_appends(a, b, seed) == f"{seed}\n- rule A\n- rule B"
+    assert union_of_appends("Something else.\n- rule A", b, seed) is None
+    child = merge_texts(Candidate(instruction=a), Candidate(instruction=f"{seed}\n- rule C"),
+                        Candidate(instruction=seed), 0.5, 0.6, random.Random(0))
+    assert child["instruction"] == f"{seed}\n- rule A\n- rule C"

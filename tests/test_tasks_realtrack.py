@@ -1,0 +1,83 @@
+"""Real-track tasks (CLINC150 intents, SNIPS slots): splits, seeds, and metrics that degenerate outputs cannot game."""
+
+import json
+
+import pytest
+
+from gepetto.tasks import default_data_dir, load_task
+from gepetto.tasks.intents import labels, normalize_label
+from gepetto.types import Example
+
+NAMES = ["clinc-banking", "clinc-credit-oos", "snips-restaurant", "snips-weather"]
+pytestmark = pytest.mark.skipif(not (default_data_dir() / "clinc150").is_dir(), reason="no ../shared/data here")
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def task(request):
+    return load_task(request.param)
+
+
+def test_splits_are_disjoint_with_unique_ids(task):
+    parts = [task.trainset, task.valset, task.testset]
+    ids = [e.id for p in parts for e in p]
+    assert len(ids) == len(set(ids))
+    texts = [{e["message"].lower() for e in p} for p in parts]
+    assert not (texts[0] & texts[2]) and not (texts[1] & texts[2]) and not (texts[0] & texts[1])
+    assert len(task.testset) >= 90 and len(task.valset) == 30 and len(task.trainset) == 60
+
+
+def test_degenerate_outputs_score_zero(task):
+    for ex in task.testset[:20]:
+        gold_out = ex.gold if isinstance(ex.gold, str) else json.dumps(ex.gold)
+        assert task.metric(ex, gold_out, []).value == 1.0
+        if isinstance(ex.gold, dict) and not ex.gold:
+            continue
+        for junk in ["", "{}", ex["message"], task.seed_candidate["instruction"], "null", "[]"]:
+            assert task.metric(ex, junk, []).value == 0.0, junk
+
+
+def test_seed_states_task_labels_and_format_and_expert_adds_definitions(task):
+    seed, expert = task.seed_candidate["instruction"], task.expert_candidate["instruction"]
+    assert "Reply with only" in seed and "Reply with only" in expert
+    assert len(expert) > len(seed)
+    if task.name.startswith("clinc"):
+        for lab in labels("banking" if "banking" in task.name else "credit_cards", "oos" in task.name):
+            assert lab in seed and lab in expert
+
+
+def test_the_trivial_baseline_is_weak(task):
+    score = sum(task.metric(e, task.baseline, []).value for e in task.testset) / len(task.testset)
+    assert score <= 0.25
+
+
+def test_clinc_answers_listing_labels_or_with_extra_words_score_zero():
+    task = load_task("clinc-banking")
+    ex = next(e for e in task.testset if e.gold == "balance")
+    assert task.metric(ex, "balance, bill_balance", []).value == 0.0
+    assert task.metric(ex, "The customer wants to know their balance", []).value == 0.0
+    assert task.metric(ex, "Intent: balance.", []).value == 1.0
+    wrong = task.metric(ex, "bill_balance", [])
+    assert wrong.value == 0.0 and wrong.pattern == "answered bill_balance, expected balance"
+    assert normalize_label(" `Bill Balance` ") == "bill_balance"
+
+
+def test_clinc_oos_has_out_of_scope_examples_in_every_split():
+    task = load_task("clinc-credit-oos")
+    for part in (task.trainset, task.valset, task.testset):
+        share = sum(e.gold == "out_of_scope" for e in part) / len(part)
+        assert 0.15 <= share <= 0.25
+
+
+def test_snips_f1_partial_credit_and_patterns():
+    task = load_task("snips-restaurant")
+    ex = Example({"message": "book a table for 4 at a pub in Boston"},
+                 gold={"party_size_number": "4", "restaurant_type": "pub", "city": "Boston"}, id="t")
+    full = task.metric(ex, '{"party_size_number": "4", "restaurant_type": "pub", "city": "boston"}', [])
+    assert full.value == 1.0
+    part = task.metric(ex, '```json\n{"party_size_number": "4", "city": "Boston"}\n```', [])
+    assert part.value == pytest.approx(0.8) and part.pattern == "missed restaurant_type"
+    extra = task.metric(ex, '{"party_size_number": "4", "restaurant_type": "pub", "city": "Boston", '
+                            '"cuisine": "pub food"}', [])
+    assert 0.8 < extra.value < 1.0 and extra.pattern == "invented cuisine"
+    assert task.metric(ex, '{"table": "4"}', []).value == 0.0  # not a slot name
+    assert task.metric(ex, '{"party_size_number": 4, "city": ["Boston"], "restaurant_type": "pub"}', []).value == 1.0
