@@ -22,6 +22,7 @@ from rich.text import Text
 
 from gepetto.progress import ProgressDisplay
 from gepetto.runner import DEFAULT_STORAGE, ConfigError, load_config, start_or_resume
+from gepetto.secrets import redact
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Reflective prompt evolution (GEPA) for LLM programs."
@@ -34,8 +35,8 @@ StorageOpt = typer.Option(DEFAULT_STORAGE, "--storage", help="Run store (SQLite 
 
 
 def _t(value: Any) -> str:
-    """User or LM text for a Rich markup string: escaped so `[bold]` or `[/INST]` print as such."""
-    return escape(str(value))
+    """User or LM text for a Rich markup string: redacted, and escaped so `[bold]` or `[/INST]` print as such."""
+    return escape(redact(str(value)))
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -73,9 +74,9 @@ def _task_options(items: list[str] | None) -> dict[str, Any] | None:
 
 
 def _report_result(name: str, result: Any, started: float) -> None:
-    console.print(result.summary(), highlight=False, markup=False)
+    console.print(redact(result.summary()), highlight=False, markup=False)
     for component, text in result.best_candidate.items():
-        console.print(Panel(Text(text), title=f"best: {_t(component)}", expand=False))
+        console.print(Panel(Text(redact(text)), title=f"best: {_t(component)}", expand=False))
     console.print(f"validation: seed {result.seed_score:.3f} -> best {result.best_score:.3f}; "
                   f"{result.rollouts_used}/{result.budget} rollouts; wall time {time.monotonic() - started:.0f}s")
     total = result.ledger.total()
@@ -184,7 +185,7 @@ def show(run: str, storage: str = StorageOpt) -> None:
     console.print(f"validation: seed {res['seed_score']:.3f} -> best {res['best_score']:.3f}; "
                   f"{res['rollouts_used']}/{res['budget']} rollouts; stopped: {_t(res['stop_reason'])}")
     for component, text in res["best_candidate"].items():
-        console.print(Panel(Text(text), title=f"best: {_t(component)}", expand=False))
+        console.print(Panel(Text(redact(text)), title=f"best: {_t(component)}", expand=False))
     front = Table("candidate", "origin", "parents", "validation", title="Pareto front")
     for i in res["pareto_front"]:
         c = res["candidates"][i]
@@ -216,7 +217,7 @@ def export(run: str, storage: str = StorageOpt) -> None:
     res = _snapshot(storage, run)["result"]
     if not res["best_candidate"]:
         raise _fail(f"run {run!r} has no validated candidate yet", 1)
-    typer.echo(json.dumps(res["best_candidate"], ensure_ascii=False, indent=2))
+    typer.echo(redact(json.dumps(res["best_candidate"], ensure_ascii=False, indent=2)))
 
 
 @app.command()

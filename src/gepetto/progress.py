@@ -1,7 +1,7 @@
 """A live progress display for long runs, fed by the engine's events (Rich).
 
 LM and user text (proposals, component names, errors) is data, never Rich markup: it is printed as `Text`
-(a proposal saying `[/INST]` must not crash the run).
+(a proposal saying `[/INST]` must not crash the run), and redacted (gepetto.secrets) first.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
+from gepetto.secrets import redact
+
 
 def _data(value: Any) -> str:
-    """LM or user text as it may be shown (the caller prints it as Text, never as markup)."""
-    return str(value)
+    """LM or user text as it may be shown: redacted (the caller prints it as Text, never as markup)."""
+    return redact(str(value))
 
 
 class ProgressDisplay:

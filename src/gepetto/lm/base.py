@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from gepetto.ledger import Ledger
+from gepetto.secrets import redact, redact_exception
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
 
@@ -30,10 +32,13 @@ class Completion:
 
 
 class LMError(RuntimeError):
-    """An LM call failed for good (after the backend's own retries, counted in `attempts`)."""
+    """An LM call failed for good (after the backend's own retries, counted in `attempts`).
+
+    The message is redacted (gepetto.secrets): provider error texts become feedback, reports and logs.
+    """
 
     def __init__(self, message: str, attempts: int = 1) -> None:
-        super().__init__(message)
+        super().__init__(redact(message))
         self.attempts = attempts
 
 
@@ -106,6 +111,34 @@ class MeteredLM:
             retries=out.attempts - 1,
         )
         return out
+
+
+class RedactingLM:
+    """Wraps an LM so no secret passes through it (gepetto.secrets): its errors and answers are redacted, and
+    with `inputs=True` the messages too (the reflection LM is shown feedback, which may quote a provider error).
+    """
+
+    def __init__(self, lm: LM, *, inputs: bool = False) -> None:
+        self.lm, self.inputs, self.name = lm, inputs, lm.name
+
+    def __getattr__(self, attr: str) -> Any:  # transparent: the wrapped LM's own attributes stay reachable
+        if attr.startswith("__") or attr == "lm":
+            raise AttributeError(attr)
+        return getattr(self.lm, attr)
+
+    async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        if self.inputs:
+            messages = [{**m, "content": redact(m["content"])} if isinstance(m.get("content"), str) else m
+                        for m in messages]
+        try:
+            out = await self.lm.complete(messages, **params)
+        except Exception as exc:
+            clean = redact_exception(exc)
+            if clean is exc:
+                raise
+            raise clean from None
+        text = redact(out.text)
+        return out if text == out.text else dataclasses.replace(out, text=text)
 
 
 Responder = Callable[[Sequence[Message], dict[str, Any]], "str | Completion"]

@@ -2,7 +2,9 @@
 
 Every finished rollout is committed as soon as it finishes, so a killed run loses only what was in flight.
 Resuming replays the run over its stored rollouts and reflection answers (see engine/loop.py), which takes
-exactly the same path as the first time. State is JSON and SQL, never pickle.
+exactly the same path as the first time. State is JSON and SQL: nothing stored is ever unpickled or
+executed. Every text written is redacted first (gepetto.secrets), and a new store file is readable by its
+owner only (0600; SQLite gives its -wal and -shm files the same mode).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from gepetto.engine.state import CandidateRecord
 from gepetto.program import Rollout, TraceEntry
+from gepetto.secrets import create_private_file, redact, redact_data
 from gepetto.types import Candidate, Example, Score
 
 SCHEMA = """
@@ -111,14 +114,15 @@ class RunInfo:
 
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, (set, tuple)):
-        return list(obj)
+        return redact_data(list(obj))
     if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    return repr(obj)
+        return redact_data(obj.to_dict())
+    return redact(repr(obj))
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, default=_json_default)
+    """JSON with every string redacted: what goes to disk never holds a secret."""
+    return json.dumps(redact_data(obj), ensure_ascii=False, default=_json_default)
 
 
 class RunStore:
@@ -128,6 +132,7 @@ class RunStore:
         self.path = Path(path)
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(self.path)
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
@@ -214,7 +219,8 @@ class RunStore:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO candidates VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        (run, rec.index, rec.candidate.id, dumps(rec.candidate.to_dict()), dumps(list(rec.parents)),
-                        rec.origin, rec.iteration, rec.component, rec.mean, dumps(rec.val_scores),
+                        redact(rec.origin), rec.iteration, None if rec.component is None else redact(rec.component),
+                        rec.mean, dumps(rec.val_scores),
                         rec.rollouts_at_creation))
 
     def candidates(self, run: str) -> list[dict[str, Any]]:
@@ -227,14 +233,15 @@ class RunStore:
     def put_rollout(self, run: str, candidate: Candidate, example_id: str, rollout: Rollout) -> None:
         """Commit one finished rollout (idempotent: a replayed rollout is not written twice)."""
         try:
-            output = json.dumps(rollout.output, ensure_ascii=False)
+            output = json.dumps(redact_data(rollout.output), ensure_ascii=False)
         except (TypeError, ValueError):
-            output = json.dumps(repr(rollout.output), ensure_ascii=False)
+            output = json.dumps(redact(repr(rollout.output)), ensure_ascii=False)
+        error = redact(rollout.error) if rollout.error is not None else None
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?)",
-                       (run, candidate.id, example_id, rollout.score.value, rollout.score.feedback,
+                       (run, candidate.id, example_id, rollout.score.value, redact(rollout.score.feedback),
                         dumps(dict(rollout.score.objectives)), output, dumps([t.to_dict() for t in rollout.trace]),
-                        rollout.error, dumps(candidate.to_dict())))
+                        error, dumps(candidate.to_dict())))
 
     def rollouts(self, run: str) -> dict[tuple[str, str], Rollout]:
         """All stored rollouts of a run, keyed by (candidate id, example id)."""
