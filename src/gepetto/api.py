@@ -11,7 +11,7 @@ from typing import Any
 
 from gepetto.engine.loop import Engine, EngineConfig, EventHandler, Result, RolloutStore
 from gepetto.ledger import Ledger
-from gepetto.lm.base import LM, RedactingLM
+from gepetto.lm.base import LM, RedactingLM, aclose_lm
 from gepetto.program import Metric, Program, Rollout, run_rollout, single_instruction
 from gepetto.secrets import redact_data
 from gepetto.types import Candidate, Example
@@ -148,8 +148,17 @@ async def evaluate_async(
 
 
 def evaluate(*args: Any, **kwargs: Any) -> Evaluation:
-    """`evaluate_async` in a fresh event loop."""
-    return asyncio.run(evaluate_async(*args, **kwargs))
+    """`evaluate_async` in a fresh event loop; the task LM's HTTP client is closed before the loop ends."""
+
+    async def main() -> Evaluation:
+        try:
+            return await evaluate_async(*args, **kwargs)
+        finally:
+            lm = kwargs.get("task_lm")
+            if lm is not None and not isinstance(lm, str):
+                await aclose_lm(lm)
+
+    return asyncio.run(main())
 
 
 def run_engine(engine: Engine) -> Result:
@@ -165,5 +174,8 @@ def run_engine(engine: Engine) -> Result:
         finally:
             if handled:
                 loop.remove_signal_handler(signal.SIGINT)
+            # HTTP clients belong to this loop: close them here, not at exit from a loop that is gone
+            await aclose_lm(engine.task_lm)
+            await aclose_lm(engine.reflection_lm)
 
     return asyncio.run(main())

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -52,19 +54,42 @@ class LM(Protocol):
 
 
 class PerLoop:
-    """One asyncio primitive per event loop: a Lock or Semaphore binds to the loop that first waits on it, and an
-    LM object may serve several loops in turn (each `gepetto.optimize` or `evaluate` call runs its own)."""
+    """One object per event loop: a Lock, Semaphore or HTTP client binds to the loop it was made in, and an LM
+    object may serve several loops in turn (each `gepetto.optimize` or `evaluate` call runs its own).
+
+    Loops run one after another, so only the current loop's object is kept. The loop is held by a weak
+    reference and compared by identity: a new loop at the address of a dead one is still a new loop.
+    """
 
     def __init__(self, factory: Callable[[], Any]) -> None:
-        self._factory, self._items = factory, {}  # type: dict[int, Any]
+        self._factory = factory
+        self._loop: weakref.ref[Any] | None = None
+        self._item: Any = None
 
     def get(self) -> Any:
-        import asyncio
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop() is not loop:
+            self._loop, self._item = weakref.ref(loop), self._factory()
+        return self._item
 
-        loop_id = id(asyncio.get_running_loop())
-        if loop_id not in self._items:
-            self._items = {loop_id: self._factory()}  # loops run one after another: keep only the current one
-        return self._items[loop_id]
+    def pop(self) -> Any:
+        """Forget the running loop's object and return it (None if it has none)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop() is not loop:
+            return None
+        item, self._loop, self._item = self._item, None, None
+        return item
+
+
+async def aclose_lm(lm: Any) -> None:
+    """Release what an LM holds in the running event loop (HTTP clients), through wrappers that keep it in `.lm`."""
+    seen: set[int] = set()
+    while lm is not None and id(lm) not in seen:
+        seen.add(id(lm))
+        close = getattr(lm, "aclose", None)
+        if close is not None and inspect.iscoroutinefunction(close):
+            await close()
+        lm = getattr(lm, "lm", None)
 
 
 def json_schema_of(response_format: Any) -> dict[str, Any]:

@@ -12,10 +12,11 @@ import ipaddress
 import json
 import os
 import warnings
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from gepetto.lm.base import Completion, LMError, Message, Usage, estimated_usage, json_schema_of
+from gepetto.lm.base import Completion, LMError, Message, PerLoop, Usage, estimated_usage, json_schema_of
 from gepetto.lm.remote import RemoteLM, Transient, parse_retry_after
 from gepetto.secrets import redact, register_secret_env
 
@@ -64,12 +65,22 @@ def warn_plain_http(url: str) -> None:
                       "use https, or a server on 127.0.0.1", stacklevel=3)
 
 
+async def _keep_client(client: Any) -> AsyncIterator[Any]:
+    """Holds a client until its event loop shuts down: `asyncio.run` closes the async generators of its loop
+    (shutdown_asyncgens), which closes the client inside the loop its connections belong to."""
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
 class OpenAILM(RemoteLM):
     """An OpenAI-compatible endpoint. `base_url=None` means OpenAI itself (or `$OPENAI_BASE_URL`).
 
     Keys go only where the user paired them: OpenAI (and `$OPENAI_BASE_URL`) gets `$OPENAI_API_KEY` (or the
     variable named by `api_key_env`); a custom `base_url` gets a key only from a variable named with
-    `api_key_env`, otherwise the placeholder "EMPTY".
+    `api_key_env`, otherwise the placeholder "EMPTY". Each event loop gets its own HTTP client, closed when the
+    loop ends or by `aclose()`.
     """
 
     def __init__(
@@ -94,7 +105,7 @@ class OpenAILM(RemoteLM):
             register_secret_env(self._api_key_env)
             if (self._hosted or api_key_env) and not os.environ.get(self._api_key_env):
                 raise LMError(f"{self.name}: set the API key in the environment variable {self._api_key_env}")
-        self._client: Any = None
+        self._clients = PerLoop(dict)
 
     def endpoint(self) -> str:
         return f"openai@{self.base_url or os.environ.get('OPENAI_BASE_URL') or 'api.openai.com'}"
@@ -117,10 +128,19 @@ class OpenAILM(RemoteLM):
             client.organization = client.project = None
         return client
 
-    def _get_client(self) -> Any:
-        if self._client is None:
-            self._client = self._new_client()
-        return self._client
+    async def _get_client(self) -> Any:
+        slot = self._clients.get()  # one client per event loop: its connections belong to that loop
+        if "client" not in slot:
+            keeper = _keep_client(self._new_client())
+            slot["keeper"] = keeper  # a strong reference: the loop only keeps a weak one
+            slot["client"] = await keeper.__anext__()
+        return slot["client"]
+
+    async def aclose(self) -> None:
+        """Close the running loop's HTTP client (a later call in this or another loop makes a new one)."""
+        slot = self._clients.pop()
+        if slot and "keeper" in slot:
+            await slot["keeper"].aclose()
 
     def _kwargs(self, params: dict[str, Any]) -> dict[str, Any]:
         kw: dict[str, Any] = {k: v for k, v in params.items() if k in _OPENAI_PARAMS}
@@ -139,7 +159,7 @@ class OpenAILM(RemoteLM):
         import openai
 
         try:
-            resp = await self._get_client().chat.completions.create(
+            resp = await (await self._get_client()).chat.completions.create(
                 model=self.model, messages=messages, **self._kwargs(params))
         except openai.OpenAIError as exc:
             raise translate_error(exc, self.name) from None
