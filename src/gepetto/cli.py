@@ -23,6 +23,7 @@ from rich.text import Text
 from gepetto.progress import ProgressDisplay
 from gepetto.runner import DEFAULT_STORAGE, ConfigError, load_config, start_or_resume
 from gepetto.secrets import redact
+from gepetto.store.sqlite import StoreError
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Reflective prompt evolution (GEPA) for LLM programs."
@@ -49,7 +50,10 @@ def _open_store(storage: str) -> Any:
 
     if not Path(storage).exists():
         raise _fail(f"no run store at {storage} (run `gepetto optimize` first, or pass --storage)", 2)
-    return RunStore(storage)
+    try:
+        return RunStore(storage, readonly=True)
+    except StoreError as exc:
+        raise _fail(str(exc), 2) from None
 
 
 def _snapshot(storage: str, run: str) -> dict[str, Any]:
@@ -133,7 +137,7 @@ def optimize(
         with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
             name, result = start_or_resume(cfg, storage=storage, run=run, on_event=progress, stop_file=stop_file,
                                            explicit=explicit)
-    except ConfigError as exc:
+    except (ConfigError, StoreError) as exc:
         raise _fail(str(exc), 2) from None
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise _fail(f"{type(exc).__name__}: {exc}", 2) from None
@@ -207,7 +211,11 @@ def report(run: str, output: Path = typer.Option(..., "-o", "--output", help="HT
     """Write a self-contained HTML report of a run (lineage, scores, front, diffs, ledger, sample outputs)."""
     from gepetto.report import write_report
 
-    write_report(_snapshot(storage, run), output)
+    snapshot = _snapshot(storage, run)
+    try:
+        write_report(snapshot, output)
+    except OSError as exc:
+        raise _fail(f"cannot write the report to {output}: {exc.strerror or exc}", 2) from None
     console.print(f"report written to {_t(output)}")
 
 
@@ -250,6 +258,8 @@ def demo(
     try:
         with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
             name, result = start_or_resume(cfg, storage=storage, on_event=progress)
+    except StoreError as exc:
+        raise _fail(str(exc), 2) from None
     except Exception as exc:
         raise _fail(f"the demo failed: {type(exc).__name__}: {exc}", 1) from None
     _report_result(name, result, started)

@@ -125,18 +125,47 @@ def dumps(obj: Any) -> str:
     return json.dumps(redact_data(obj), ensure_ascii=False, default=_json_default)
 
 
-class RunStore:
-    """A SQLite file holding any number of runs. Safe to share between the event loop and worker threads."""
+class StoreError(RuntimeError):
+    """The run store file cannot be used (not a SQLite file, corrupted, read-only, ...); the message says what."""
 
-    def __init__(self, path: str | Path) -> None:
+
+def _store_error(path: Path, exc: BaseException) -> StoreError:
+    text = str(exc)
+    if "not a database" in text or "malformed" in text or "no such table" in text:
+        return StoreError(f"{path} is not a usable gepetto run store ({text}); pass another --storage, or move "
+                          "the file away")
+    if isinstance(exc, PermissionError) or "readonly" in text or "read-only" in text or "unable to open" in text:
+        return StoreError(f"cannot write to the run store {path} ({text}); check the permissions of the file and "
+                          "its directory, or pass another --storage")
+    return StoreError(f"cannot use the run store {path}: {type(exc).__name__}: {text}")
+
+
+class RunStore:
+    """A SQLite file holding any number of runs. Safe to share between the event loop and worker threads.
+
+    `readonly=True` opens an existing store for reading only (listing, showing, reports): it works on a file
+    the user may not write. A file that is not a run store raises StoreError, with the path and the reason.
+    """
+
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
         self.path = Path(path)
-        if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        create_private_file(self.path)
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
-        self._db.executescript(SCHEMA)
+        try:
+            if readonly:
+                if not self.path.is_file():
+                    raise StoreError(f"no run store at {self.path}")
+                self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                           check_same_thread=False, isolation_level=None)
+                self._db.execute("SELECT name, status, config FROM runs LIMIT 1").fetchall()  # a run store?
+            else:
+                if self.path.parent and not self.path.parent.exists():
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                create_private_file(self.path)
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
+                self._db.executescript(SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise _store_error(self.path, exc) from None
         self._lock = threading.Lock()
 
     def close(self) -> None:
