@@ -22,19 +22,22 @@ MIN_SECRET_LEN = 8
 _named: set[str] = {"OPENAI_API_KEY"}
 _SECRET_VAR = re.compile(r"(?:_API_KEY|_TOKEN|_SECRET)$", re.I)
 
-_PATTERNS = [
-    re.compile(r"\bsk-[A-Za-z0-9][A-Za-z0-9_\-]{15,}"),  # OpenAI, Anthropic (sk-ant-...), DeepSeek, ...
-    re.compile(r"\bBearer\s+[A-Za-z0-9._~+/\-]{8,}=*", re.I),
-    re.compile(r"\bhf_[A-Za-z0-9]{16,}"),  # Hugging Face
-    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids
-    re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}"),  # GitHub
-    re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),  # Slack
-    re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"),  # Google
-]
-# key=..., token: "...", "api_key": "..." -> keep the name, drop a long value (16+ characters, a digit)
+_SHAPES = re.compile("|".join([
+    r"\bsk-[A-Za-z0-9][A-Za-z0-9_\-]{15,}",  # OpenAI, Anthropic (sk-ant-...), DeepSeek, ...
+    r"\b[Bb][Ee][Aa][Rr][Ee][Rr]\s+[A-Za-z0-9._~+/\-]{8,}=*",
+    r"\bhf_[A-Za-z0-9]{16,}",  # Hugging Face
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",  # AWS access key ids
+    r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}",  # GitHub
+    r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",  # Slack
+    r"\bAIza[0-9A-Za-z_\-]{30,}",  # Google
+]))
+_SHAPE_TRIGGERS = ("sk-", "bearer", "hf_", "akia", "asia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox",
+                   "aiza")
+_ASSIGN_TRIGGERS = ("key", "token", "secret", "passw", "auth")
+# key=..., token: "...", "api_key": "..." -> keep the name, drop a long value (16+ characters with a digit, or hex)
 _ASSIGNED = re.compile(
     r"""(?ix)
-    ( \b[\w\-]*(?:key|token|secret|password|passwd|auth)\b ["']? \s* [=:] \s* ["']? )
+    ( (?:key|token|secret|password|passwd|auth)\b ["']? \s* [=:] \s* ["']? )
     ( (?=[A-Za-z_\-./+]*\d) [A-Za-z0-9_\-./+]{16,}=*  # a long run with a digit: not a word of prose
     | [0-9a-fA-F]{16,}\b )                               # or a long hex run
     """
@@ -54,34 +57,65 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted((v for v in values if len(v) >= MIN_SECRET_LEN), key=len, reverse=True)
 
 
+_cache: tuple[Any, re.Pattern[str] | None] | None = None
+
+
+def _values_pattern() -> re.Pattern[str] | None:
+    """One regex for the secret values in use, rebuilt only when the environment (or the named set) changes."""
+    global _cache
+    data = getattr(os.environ, "_data", None)  # CPython's dict behind os.environ: hashing it is cheap
+    key = (hash(frozenset(data.items())), len(_named)) if isinstance(data, dict) else None
+    if key is not None and _cache is not None and _cache[0] == key:
+        return _cache[1]
+    forms: set[str] = set()
+    for value in secret_values():
+        forms.add(value)
+        forms.add(json.dumps(value)[1:-1])  # as it appears inside JSON text
+    pattern = re.compile("|".join(re.escape(v) for v in sorted(forms, key=len, reverse=True))) if forms else None
+    _cache = (key, pattern)
+    return pattern
+
+
+class _Redactor:
+    """Redaction with the secret values in use read once, for one text or a whole structure."""
+
+    def __init__(self) -> None:
+        self.values = _values_pattern()
+
+    def __call__(self, text: str) -> str:
+        if not isinstance(text, str):
+            text = str(text)
+        if not text:
+            return text
+        if self.values is not None:
+            text = self.values.sub(REDACTED, text)
+        lower = text.lower()  # cheap tests first: the regexes are slow on long texts without any trigger
+        if any(t in lower for t in _SHAPE_TRIGGERS):
+            text = _SHAPES.sub(REDACTED, text)
+        if any(t in lower for t in _ASSIGN_TRIGGERS):
+            text = _ASSIGNED.sub(lambda m: m.group(1) + REDACTED, text)
+        return text
+
+    def data(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, Mapping):
+            return {k: self.data(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.data(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self.data(v) for v in value)
+        return value
+
+
 def redact(text: str) -> str:
     """`text` without the secret values in use and without anything shaped like a key."""
-    if not isinstance(text, str):
-        text = str(text)
-    if not text:
-        return text
-    for value in secret_values():
-        if value in text:
-            text = text.replace(value, REDACTED)
-        quoted = json.dumps(value)[1:-1]  # as it appears inside JSON text
-        if quoted != value and quoted in text:
-            text = text.replace(quoted, REDACTED)
-    for pattern in _PATTERNS:
-        text = pattern.sub(REDACTED, text)
-    return _ASSIGNED.sub(lambda m: m.group(1) + REDACTED, text)
+    return _Redactor()(text)
 
 
 def redact_data(value: Any) -> Any:
     """A copy of plain data (dicts, lists, tuples, strings) with every string redacted; other objects as is."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, Mapping):
-        return {k: redact_data(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_data(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(redact_data(v) for v in value)
-    return value
+    return _Redactor().data(value)
 
 
 def redact_exception(exc: BaseException) -> BaseException:
