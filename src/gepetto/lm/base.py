@@ -63,13 +63,13 @@ class PerLoop:
 
     def __init__(self, factory: Callable[[], Any]) -> None:
         self._factory = factory
-        self._loop: weakref.ref[Any] | None = None
+        self._loop: Callable[[], Any] | None = None
         self._item: Any = None
 
     def get(self) -> Any:
         loop = asyncio.get_running_loop()
         if self._loop is None or self._loop() is not loop:
-            self._loop, self._item = weakref.ref(loop), self._factory()
+            self._loop, self._item = _ref(loop), self._factory()
         return self._item
 
     def pop(self) -> Any:
@@ -79,6 +79,14 @@ class PerLoop:
             return None
         item, self._loop, self._item = self._item, None, None
         return item
+
+
+def _ref(obj: Any) -> Callable[[], Any]:
+    """A weak reference, or a strong one for objects that take none (some loop implementations)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 async def aclose_lm(lm: Any) -> None:
