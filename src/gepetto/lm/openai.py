@@ -8,6 +8,7 @@ off: `RemoteLM` retries with backoff and a shared limit.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -71,7 +72,8 @@ async def _keep_client(client: Any) -> AsyncIterator[Any]:
     try:
         yield client
     finally:
-        await client.close()
+        with contextlib.suppress(Exception):  # a connection that fails to close cleanly is gone either way
+            await client.close()
 
 
 class OpenAILM(RemoteLM):
