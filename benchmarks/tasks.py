@@ -22,7 +22,9 @@ from gepetto.api import evaluate_async
 from gepetto.ledger import Ledger
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm
-from gepetto.runner import _task_kwargs, load_config, start_or_resume
+from gepetto.program import Task
+from gepetto.runner import RunConfig, _task_kwargs, load_config, start_or_resume
+from gepetto.store.sqlite import RunStore
 from gepetto.tasks import load_task
 
 # small settings per task: split sizes, budget, time limit (seconds) and task options
@@ -44,18 +46,42 @@ async def test_scores(task: Any, best: Any, lm: Any) -> tuple[float, float]:
     return seed.mean, opt.mean
 
 
-def run_task(name: str, storage: Path, data_dir: str | None, overrides: dict[str, Any],
-             suffix: str = "") -> dict[str, Any]:
+def stored_task(storage: Path, run: str) -> tuple[RunConfig, Task]:
+    """The task exactly as the stored run `run` was built (its stored configuration, not today's options).
+
+    A resumed run keeps the configuration it was started with, so splitting the data with the caller's
+    options could put validation (or training) examples in the test split. Checked: no test id is a
+    training or validation id of the run.
+    """
+    store = RunStore(storage)
+    try:
+        info = store.get_run(run)
+        if info is None:
+            raise KeyError(f"no run named {run!r} in {storage}")
+        cfg = RunConfig(**info.config)
+        seen = set(store.examples(run, "train")) | set(store.examples(run, "val"))
+    finally:
+        store.close()
+    task = load_task(cfg.task, **_task_kwargs(cfg, Ledger()))
+    seen |= {e.id for e in task.trainset} | {e.id for e in task.valset}
+    leaked = sorted({e.id for e in task.testset} & seen)
+    assert not leaked, f"run {run!r}: test examples also in train/val: {leaked[:10]}"
+    return cfg, task
+
+
+def run_task(name: str, storage: Path, data_dir: str | None, overrides: dict[str, Any], suffix: str = "", *,
+             task_lm: str = TASK_LM, reflection_lm: str = REFLECTION_LM,
+             settings: dict[str, Any] | None = None) -> dict[str, Any]:
     import asyncio
 
-    s = {**SETTINGS[name], **{k: v for k, v in overrides.items() if v is not None}}
-    cfg = load_config(task=name, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, seed=0, data_dir=data_dir,
+    s = {**(SETTINGS[name] if settings is None else settings), **{k: v for k, v in overrides.items() if v is not None}}
+    cfg = load_config(task=name, task_lm=task_lm, reflection_lm=reflection_lm, seed=0, data_dir=data_dir,
                       max_concurrency=4, **s)
     t0 = time.perf_counter()
-    _, result = start_or_resume(cfg, storage=storage, run=f"bench-{name}{suffix}", on_event=_log(name))
+    run, result = start_or_resume(cfg, storage=storage, run=f"bench-{name}{suffix}", on_event=_log(name))
     opt_s = time.perf_counter() - t0
-    lm = CachedLM(make_lm(TASK_LM), storage)  # test answers cached too: a rerun of this script is cheap
-    task = load_task(name, **_task_kwargs(cfg, Ledger()))
+    cfg, task = stored_task(storage, run)  # a resumed run was built from its stored config: test on its split
+    lm = CachedLM(make_lm(cfg.task_lm), storage)  # test answers cached too: a rerun of this script is cheap
     t1 = time.perf_counter()
     seed_test, best_test = asyncio.run(test_scores(task, result.best_candidate, lm))
     row = {

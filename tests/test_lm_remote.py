@@ -342,3 +342,60 @@ def test_lms_on_one_endpoint_share_its_rate_limit() -> None:
     b = OpenAILM("reflection-model", base_url="http://127.0.0.1:9/v1", rpm=60)
     c = OpenAILM("other", base_url="http://127.0.0.1:10/v1", rpm=60)
     assert a.limiter is b.limiter and a.limiter is not c.limiter
+
+
+# ---- event loops ----
+
+TWO_LOOPS = """
+import asyncio, gc
+import gepetto
+from gepetto import sim
+from gepetto.lm.openai import OpenAILM
+from gepetto.testing import FakeOpenAIServer, sim_responder
+
+with FakeOpenAIServer(sim_responder()) as srv:
+    lm = OpenAILM("sim-task", base_url=srv.url, backoff=0.001)
+    srv.faults["sim-task"] = ["500", "reset"]  # retried connections too
+    for i in range(2):  # the same LM object in two event loops, one after the other
+        print(asyncio.run(lm.complete([{"role": "user", "content": f"question {i} kind 0"}])).text)
+    task = sim.task(n_train=6, n_val=6, kinds=2)
+    refl = OpenAILM("sim-reflection", base_url=srv.url)
+    r = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
+                         task_lm=lm, reflection_lm=refl, budget=30, seed=0)
+    ev = gepetto.evaluate(r.best_candidate, task.valset, task.metric, program=task.program, task_lm=lm)
+    gc.collect()
+print("done", len(srv.requests) > 30)
+"""
+
+
+def test_one_lm_in_several_event_loops_closes_each_client_in_its_loop() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", TWO_LOOPS], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "done True" in proc.stdout
+    assert "Event loop is closed" not in proc.stderr and "never retrieved" not in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_each_event_loop_gets_its_own_client_closed_when_the_loop_ends(server) -> None:
+    lm = lm_for(server)
+
+    async def use() -> object:
+        await lm.complete(MSG)
+        client = await lm._get_client()
+        assert client is await lm._get_client()  # one client per loop, shared by its calls
+        return client
+
+    first, second = asyncio.run(use()), asyncio.run(use())
+    assert first is not second and first.is_closed() and second.is_closed()
+
+    async def explicit() -> None:
+        await lm.complete(MSG)
+        client = await lm._get_client()
+        await lm.aclose()
+        assert client.is_closed() and await lm._get_client() is not client
+        await lm.complete(MSG)  # a later call in the same loop makes a new client
+
+    asyncio.run(explicit())

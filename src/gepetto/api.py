@@ -11,8 +11,9 @@ from typing import Any
 
 from gepetto.engine.loop import Engine, EngineConfig, EventHandler, Result, RolloutStore
 from gepetto.ledger import Ledger
-from gepetto.lm.base import LM
+from gepetto.lm.base import LM, RedactingLM, aclose_lm
 from gepetto.program import Metric, Program, Rollout, run_rollout, single_instruction
+from gepetto.secrets import redact_data
 from gepetto.types import Candidate, Example
 
 
@@ -74,8 +75,18 @@ def build_engine(
     unknown = set(config) - set(EngineConfig.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown option(s) {sorted(unknown)}; options: {sorted(EngineConfig.__dataclass_fields__)}")
-    return Engine(program, metric, seed, train, val, resolve_lm(task_lm), resolve_lm(reflection_lm),
-                  EngineConfig(**config), on_event=on_event, rollout_store=rollout_store, ledger=ledger)
+    # no secret reaches feedback, events or the reflection prompt: LM errors and answers are redacted
+    task = RedactingLM(resolve_lm(task_lm))
+    reflection = RedactingLM(resolve_lm(reflection_lm), inputs=True)
+    handler = None
+    if on_event is not None:
+        user_handler = on_event
+
+        def handler(kind: str, data: dict[str, Any]) -> None:
+            user_handler(kind, redact_data(data))
+
+    return Engine(program, metric, seed, train, val, task, reflection, EngineConfig(**config), on_event=handler,
+                  rollout_store=rollout_store, ledger=ledger)
 
 
 async def optimize_async(*args: Any, **kwargs: Any) -> Result:
@@ -124,7 +135,7 @@ async def evaluate_async(
 ) -> Evaluation:
     """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout."""
     cand, program = _candidate_and_program(candidate, program)
-    lm, data = resolve_lm(task_lm), _as_examples(examples)
+    lm, data = RedactingLM(resolve_lm(task_lm)), _as_examples(examples)
     sem = asyncio.Semaphore(max_concurrency)
     params = dict(lm_params if lm_params is not None else {"temperature": 0.0})
 
@@ -137,8 +148,17 @@ async def evaluate_async(
 
 
 def evaluate(*args: Any, **kwargs: Any) -> Evaluation:
-    """`evaluate_async` in a fresh event loop."""
-    return asyncio.run(evaluate_async(*args, **kwargs))
+    """`evaluate_async` in a fresh event loop; the task LM's HTTP client is closed before the loop ends."""
+
+    async def main() -> Evaluation:
+        try:
+            return await evaluate_async(*args, **kwargs)
+        finally:
+            lm = kwargs.get("task_lm")
+            if lm is not None and not isinstance(lm, str):
+                await aclose_lm(lm)
+
+    return asyncio.run(main())
 
 
 def run_engine(engine: Engine) -> Result:
@@ -154,5 +174,8 @@ def run_engine(engine: Engine) -> Result:
         finally:
             if handled:
                 loop.remove_signal_handler(signal.SIGINT)
+            # HTTP clients belong to this loop: close them here, not at exit from a loop that is gone
+            await aclose_lm(engine.task_lm)
+            await aclose_lm(engine.reflection_lm)
 
     return asyncio.run(main())

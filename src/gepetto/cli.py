@@ -18,9 +18,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Column, Table
+from rich.text import Text
 
 from gepetto.progress import ProgressDisplay
 from gepetto.runner import DEFAULT_STORAGE, ConfigError, load_config, start_or_resume
+from gepetto.secrets import redact
+from gepetto.store.sqlite import StoreError
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Reflective prompt evolution (GEPA) for LLM programs."
@@ -32,8 +35,13 @@ err = Console(stderr=True)
 StorageOpt = typer.Option(DEFAULT_STORAGE, "--storage", help="Run store (SQLite file).", envvar="GEPETTO_STORAGE")
 
 
+def _t(value: Any) -> str:
+    """User or LM text for a Rich markup string: redacted, and escaped so `[bold]` or `[/INST]` print as such."""
+    return escape(redact(str(value)))
+
+
 def _fail(message: str, code: int) -> typer.Exit:
-    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {_t(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -42,7 +50,10 @@ def _open_store(storage: str) -> Any:
 
     if not Path(storage).exists():
         raise _fail(f"no run store at {storage} (run `gepetto optimize` first, or pass --storage)", 2)
-    return RunStore(storage)
+    try:
+        return RunStore(storage, readonly=True)
+    except StoreError as exc:
+        raise _fail(str(exc), 2) from None
 
 
 def _snapshot(storage: str, run: str) -> dict[str, Any]:
@@ -67,17 +78,17 @@ def _task_options(items: list[str] | None) -> dict[str, Any] | None:
 
 
 def _report_result(name: str, result: Any, started: float) -> None:
-    console.print(result.summary(), highlight=False)
+    console.print(redact(result.summary()), highlight=False, markup=False)
     for component, text in result.best_candidate.items():
-        console.print(Panel(text, title=f"best: {component}", expand=False))
+        console.print(Panel(Text(redact(text)), title=f"best: {_t(component)}", expand=False))
     console.print(f"validation: seed {result.seed_score:.3f} -> best {result.best_score:.3f}; "
                   f"{result.rollouts_used}/{result.budget} rollouts; wall time {time.monotonic() - started:.0f}s")
     total = result.ledger.total()
     if total.cached_calls:
         console.print(f"{total.cached_calls} of {total.calls} LM answers were replayed from the response cache "
                       f"(no cost, no time); `--cache off` asks the LMs again")
-    console.print(f"[dim]run {name!r} stored; see it with `gepetto show {name}` or "
-                  f"`gepetto report {name} -o report.html`[/dim]")
+    console.print(f"[dim]run {_t(repr(name))} stored; see it with `gepetto show {_t(name)}` or "
+                  f"`gepetto report {_t(name)} -o report.html`[/dim]")
 
 
 @app.command()
@@ -128,7 +139,7 @@ def optimize(
         with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
             name, result = start_or_resume(cfg, storage=storage, run=run, on_event=progress, stop_file=stop_file,
                                            explicit=explicit)
-    except ConfigError as exc:
+    except (ConfigError, StoreError) as exc:
         raise _fail(str(exc), 2) from None
     except (ValueError, TypeError, FileNotFoundError) as exc:
         raise _fail(f"{type(exc).__name__}: {exc}", 2) from None
@@ -152,7 +163,7 @@ def runs(storage: str = StorageOpt) -> None:
         ledger = res.get("ledger") or store.ledger(info.name)
         cost = sum(u.get("cost", 0.0) for u in ledger.values())
         used = res.get("rollouts_used", store.count_rollouts(info.name))
-        table.add_row(info.name, info.shown_status, info.config.get("task", ""),
+        table.add_row(_t(info.name), info.shown_status, _t(info.config.get("task", "")),
                       "-" if best is None else f"{best:.3f}",
                       "-" if res.get("seed_score") is None else f"{res['seed_score']:.3f}",
                       f"{used}/{info.config.get('budget', '?')}", f"${cost:.4f}", _age(info.updated))
@@ -172,25 +183,25 @@ def show(run: str, storage: str = StorageOpt) -> None:
     """Show a run: best candidate, Pareto front and cost ledger."""
     snap = _snapshot(storage, run)
     res, info = snap["result"], snap["run"]
-    console.print(f"[bold]{info['name']}[/bold] ({info['status']}), task {info['task']}, "
-                  f"task LM {info['task_lm']}, reflection LM {info['reflection_lm']}", highlight=False)
+    console.print(f"[bold]{_t(info['name'])}[/bold] ({_t(info['status'])}), task {_t(info['task'])}, "
+                  f"task LM {_t(info['task_lm'])}, reflection LM {_t(info['reflection_lm'])}", highlight=False)
     if res["best_score"] is None:
         console.print("no candidate has been validated yet")
         return
     console.print(f"validation: seed {res['seed_score']:.3f} -> best {res['best_score']:.3f}; "
-                  f"{res['rollouts_used']}/{res['budget']} rollouts; stopped: {res['stop_reason']}")
+                  f"{res['rollouts_used']}/{res['budget']} rollouts; stopped: {_t(res['stop_reason'])}")
     for component, text in res["best_candidate"].items():
-        console.print(Panel(text, title=f"best: {component}", expand=False))
+        console.print(Panel(Text(redact(text)), title=f"best: {_t(component)}", expand=False))
     front = Table("candidate", "origin", "parents", "validation", title="Pareto front")
     for i in res["pareto_front"]:
         c = res["candidates"][i]
-        front.add_row(str(i), c["origin"], ",".join(map(str, c["parents"])) or "-", f"{c['mean']:.3f}")
+        front.add_row(str(i), _t(c["origin"]), ",".join(map(str, c["parents"])) or "-", f"{c['mean']:.3f}")
     console.print(front)
     ledger = Table("role", "calls", "cached", "errors", "retries", "tokens in", "tokens out", "seconds", "cost",
                    title="ledger")
     for role, u in res["ledger"].items():
         est = " (est.)" if u.get("estimated_tokens") else ""
-        ledger.add_row(role, str(u["calls"]), str(u.get("cached_calls", 0)), str(u.get("errors", 0)),
+        ledger.add_row(_t(role), str(u["calls"]), str(u.get("cached_calls", 0)), str(u.get("errors", 0)),
                        str(u.get("retries", 0)), f"{u['input_tokens']}{est}", f"{u['output_tokens']}{est}",
                        f"{u['seconds']:.1f}", f"${u['cost']:.4f}")
     console.print(ledger)
@@ -202,8 +213,12 @@ def report(run: str, output: Path = typer.Option(..., "-o", "--output", help="HT
     """Write a self-contained HTML report of a run (lineage, scores, front, diffs, ledger, sample outputs)."""
     from gepetto.report import write_report
 
-    write_report(_snapshot(storage, run), output)
-    console.print(f"report written to {output}")
+    snapshot = _snapshot(storage, run)
+    try:
+        write_report(snapshot, output)
+    except OSError as exc:
+        raise _fail(f"cannot write the report to {output}: {exc.strerror or exc}", 2) from None
+    console.print(f"report written to {_t(output)}")
 
 
 @app.command()
@@ -212,7 +227,7 @@ def export(run: str, storage: str = StorageOpt) -> None:
     res = _snapshot(storage, run)["result"]
     if not res["best_candidate"]:
         raise _fail(f"run {run!r} has no validated candidate yet", 1)
-    typer.echo(json.dumps(res["best_candidate"], ensure_ascii=False, indent=2))
+    typer.echo(redact(json.dumps(res["best_candidate"], ensure_ascii=False, indent=2)))
 
 
 @app.command()
@@ -232,10 +247,10 @@ def demo(
 
     task = load_task("demo", seed=seed)
     console.print(Panel.fit(
-        f"[bold]gepetto demo[/bold]: {task.description}\n"
-        f"task LM {task_lm}, reflection LM {reflection_lm}; {len(task.trainset)} train, "
+        f"[bold]gepetto demo[/bold]: {_t(task.description)}\n"
+        f"task LM {_t(task_lm)}, reflection LM {_t(reflection_lm)}; {len(task.trainset)} train, "
         f"{len(task.valset)} validation examples; budget {budget} rollouts\n"
-        f"seed instruction: {task.seed_candidate['instruction']!r}"))
+        f"seed instruction: {_t(repr(task.seed_candidate['instruction']))}"))
     try:
         cfg = load_config(task="demo", task_lm=task_lm, reflection_lm=reflection_lm, budget=budget, seed=seed,
                           time_limit=time_limit, cache=cache)
@@ -245,6 +260,8 @@ def demo(
     try:
         with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
             name, result = start_or_resume(cfg, storage=storage, on_event=progress)
+    except StoreError as exc:
+        raise _fail(str(exc), 2) from None
     except Exception as exc:
         raise _fail(f"the demo failed: {type(exc).__name__}: {exc}", 1) from None
     _report_result(name, result, started)

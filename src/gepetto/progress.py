@@ -1,4 +1,8 @@
-"""A live progress display for long runs, fed by the engine's events (Rich)."""
+"""A live progress display for long runs, fed by the engine's events (Rich).
+
+LM and user text (proposals, component names, errors) is data, never Rich markup: it is printed as `Text`
+(a proposal saying `[/INST]` must not crash the run), and redacted (gepetto.secrets) first.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
+
+from gepetto.secrets import redact
+
+
+def _data(value: Any) -> str:
+    """LM or user text as it may be shown: redacted (the caller prints it as Text, never as markup)."""
+    return redact(str(value))
 
 
 class ProgressDisplay:
@@ -41,13 +53,14 @@ class ProgressDisplay:
         if self._progress is not None:
             self._progress.__exit__(*exc)
 
-    def _print(self, text: str) -> None:
+    def _print(self, *parts: str | tuple[str, str]) -> None:
+        """Print plain strings and (string, style) pairs as one line of Text: no markup is parsed."""
         if not self.quiet:
-            self.console.print(text, highlight=False)
+            self.console.print(Text.assemble(*parts), highlight=False)
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "plan":
-            self._print(f"[dim]{data['text']}[/dim]")
+            self._print((_data(data["text"]), "dim"))
             if self._progress is not None:
                 self._task = self._progress.add_task("run", total=data["plan"].budget, **self._fields)
         elif kind == "rollout":
@@ -57,10 +70,10 @@ class ProgressDisplay:
         elif kind == "candidate":
             rec = data["record"]
             how = rec.origin if rec.component is None else f"{rec.origin} of {rec.component!r}"
-            self._print(f"candidate {rec.index} ({how}, parents {list(rec.parents)}): validation {rec.mean:.3f}")
+            self._print(_data(f"candidate {rec.index} ({how}, parents {list(rec.parents)}): validation {rec.mean:.3f}"))
             self._update(best=f"{data['best']:.3f}", front=len(data["front"]))
         elif kind == "reflection" and data["rejected"] and self.verbose:
-            self._print(f"[yellow]proposal rejected ({data['rejected']})[/yellow]: {data['text'][:80]!r}")
+            self._print((f"proposal rejected ({_data(data['rejected'])})", "yellow"), f": {_data(data['text'])[:80]!r}")
         elif kind == "proposal" and self.verbose:
             verdict = "accepted" if data["accepted"] else "rejected"
             before, after = data["minibatch_before"], data["minibatch_after"]

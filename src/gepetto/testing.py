@@ -2,7 +2,8 @@
 
 It answers `POST /v1/chat/completions` after a fixed delay, from a responder function, many requests at once
 (one thread each), and can inject faults per model: queued in `faults[model]` and used one per request, e.g.
-`["429:2", "500", "reset", "malformed", "slow:5", "no_choices", "400"]` ("429:2" sends Retry-After: 2).
+`["429:2", "500", "reset", "malformed", "slow:5", "no_choices", "400"]` ("429:2" sends Retry-After: 2;
+"401:some text" answers 401 with that error message). The headers of every request are kept in `headers`.
 It stands in for a hosted API; it is not a model.
 """
 
@@ -45,6 +46,7 @@ class FakeOpenAIServer:
         self.responder, self.delay, self.usage = responder, delay, usage
         self.faults: dict[str, list[str]] = {}
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self.in_flight = self.max_in_flight = 0
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer((host, port), self._handler())
@@ -102,6 +104,7 @@ class FakeOpenAIServer:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server._lock:
                     server.requests.append(body)
+                    server.headers.append(dict(self.headers.items()))
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
@@ -119,7 +122,7 @@ class FakeOpenAIServer:
                     err = {"error": {"message": "rate limited", "type": "rate_limit"}}
                     self._send(429, json.dumps(err).encode(), {"Retry-After": arg or "0"})
                 elif kind in ("500", "503", "400", "401"):
-                    self._send(int(kind), json.dumps({"error": {"message": f"fault {kind}"}}).encode())
+                    self._send(int(kind), json.dumps({"error": {"message": arg or f"fault {kind}"}}).encode())
                 elif kind == "reset":
                     self.close_connection = True
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")

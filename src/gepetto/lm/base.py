@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import inspect
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from gepetto.ledger import Ledger
+from gepetto.secrets import redact, redact_exception
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
 
@@ -30,10 +34,13 @@ class Completion:
 
 
 class LMError(RuntimeError):
-    """An LM call failed for good (after the backend's own retries, counted in `attempts`)."""
+    """An LM call failed for good (after the backend's own retries, counted in `attempts`).
+
+    The message is redacted (gepetto.secrets): provider error texts become feedback, reports and logs.
+    """
 
     def __init__(self, message: str, attempts: int = 1) -> None:
-        super().__init__(message)
+        super().__init__(redact(message))
         self.attempts = attempts
 
 
@@ -47,19 +54,50 @@ class LM(Protocol):
 
 
 class PerLoop:
-    """One asyncio primitive per event loop: a Lock or Semaphore binds to the loop that first waits on it, and an
-    LM object may serve several loops in turn (each `gepetto.optimize` or `evaluate` call runs its own)."""
+    """One object per event loop: a Lock, Semaphore or HTTP client binds to the loop it was made in, and an LM
+    object may serve several loops in turn (each `gepetto.optimize` or `evaluate` call runs its own).
+
+    Loops run one after another, so only the current loop's object is kept. The loop is held by a weak
+    reference and compared by identity: a new loop at the address of a dead one is still a new loop.
+    """
 
     def __init__(self, factory: Callable[[], Any]) -> None:
-        self._factory, self._items = factory, {}  # type: dict[int, Any]
+        self._factory = factory
+        self._loop: Callable[[], Any] | None = None
+        self._item: Any = None
 
     def get(self) -> Any:
-        import asyncio
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop() is not loop:
+            self._loop, self._item = _ref(loop), self._factory()
+        return self._item
 
-        loop_id = id(asyncio.get_running_loop())
-        if loop_id not in self._items:
-            self._items = {loop_id: self._factory()}  # loops run one after another: keep only the current one
-        return self._items[loop_id]
+    def pop(self) -> Any:
+        """Forget the running loop's object and return it (None if it has none)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop() is not loop:
+            return None
+        item, self._loop, self._item = self._item, None, None
+        return item
+
+
+def _ref(obj: Any) -> Callable[[], Any]:
+    """A weak reference, or a strong one for objects that take none (some loop implementations)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
+
+
+async def aclose_lm(lm: Any) -> None:
+    """Release what an LM holds in the running event loop (HTTP clients), through wrappers that keep it in `.lm`."""
+    seen: set[int] = set()
+    while lm is not None and id(lm) not in seen:
+        seen.add(id(lm))
+        close = getattr(lm, "aclose", None)
+        if close is not None and inspect.iscoroutinefunction(close):
+            await close()
+        lm = getattr(lm, "lm", None)
 
 
 def json_schema_of(response_format: Any) -> dict[str, Any]:
@@ -106,6 +144,34 @@ class MeteredLM:
             retries=out.attempts - 1,
         )
         return out
+
+
+class RedactingLM:
+    """Wraps an LM so no secret passes through it (gepetto.secrets): its errors and answers are redacted, and
+    with `inputs=True` the messages too (the reflection LM is shown feedback, which may quote a provider error).
+    """
+
+    def __init__(self, lm: LM, *, inputs: bool = False) -> None:
+        self.lm, self.inputs, self.name = lm, inputs, lm.name
+
+    def __getattr__(self, attr: str) -> Any:  # transparent: the wrapped LM's own attributes stay reachable
+        if attr.startswith("__") or attr == "lm":
+            raise AttributeError(attr)
+        return getattr(self.lm, attr)
+
+    async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        if self.inputs:
+            messages = [{**m, "content": redact(m["content"])} if isinstance(m.get("content"), str) else m
+                        for m in messages]
+        try:
+            out = await self.lm.complete(messages, **params)
+        except Exception as exc:
+            clean = redact_exception(exc)
+            if clean is exc:
+                raise
+            raise clean from None
+        text = redact(out.text)
+        return out if text == out.text else dataclasses.replace(out, text=text)
 
 
 Responder = Callable[[Sequence[Message], dict[str, Any]], "str | Completion"]

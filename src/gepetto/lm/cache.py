@@ -3,7 +3,8 @@
 Keyed by a sha256 of (model name, messages, parameters). Mode "auto" caches deterministic calls only
 (temperature 0, which is every backend's default here); "always" caches sampled calls too (their `seed`
 parameter is part of the key), which is what makes a resumed run replay its reflection exactly.
-The table lives in the run store's file by default, so a run and its cache travel together.
+The table lives in the run store's file by default, so a run and its cache travel together. Answers are
+stored redacted (gepetto.secrets) and only the hash of the messages is kept, never the messages.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gepetto.lm.base import LM, Completion, Message, Usage
+from gepetto.secrets import create_private_file, redact
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lm_cache (
@@ -49,6 +51,7 @@ class CachedLM:
         self.hits = self.misses = 0
         self._lock = threading.Lock()
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(path)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -71,7 +74,7 @@ class CachedLM:
     def put(self, key: str, out: Completion) -> None:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO lm_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                             (key, self.name, out.text, out.finish_reason, out.usage.input_tokens,
+                             (key, redact(self.name), redact(out.text), out.finish_reason, out.usage.input_tokens,
                               out.usage.output_tokens, int(out.usage.estimated), time.time()))
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:

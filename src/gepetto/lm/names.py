@@ -2,7 +2,9 @@
 
     local:qwen2.5-coder-0.5b                      the embedded llama.cpp backend (models from PyPI parts)
     openai:gpt-4.1-mini                           OpenAI (or $OPENAI_BASE_URL), key from $OPENAI_API_KEY
-    openai:MODEL@http://127.0.0.1:8000/v1         any OpenAI-compatible server (vLLM, llama.cpp, Ollama, ...)
+    openai:MODEL@http://127.0.0.1:8000/v1         any OpenAI-compatible server (vLLM, llama.cpp, Ollama, ...);
+                                                  no key is sent to it ("EMPTY"), $OPENAI_API_KEY least of all
+    openai:MODEL@https://host/v1?api_key_env=VAR  a server that needs a key: sends $VAR, to this URL only
     litellm:anthropic/claude-sonnet-4             any provider LiteLLM knows (extra `gepetto[litellm]`)
     sim:task, sim:reflection                      simulated LMs with a known optimum (tests, benchmarks)
 

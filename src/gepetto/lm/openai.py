@@ -1,17 +1,25 @@
 """Any OpenAI-compatible chat endpoint (OpenAI, vLLM, llama.cpp server, Ollama, ...) on the `openai` async client.
 
-The API key comes only from the environment (`$OPENAI_API_KEY`, or the variable named by `api_key_env`) and is
-never written anywhere. The client's own retries are off: `RemoteLM` retries with backoff and a shared limit.
+The API key comes only from the environment and goes only where the user paired it: OpenAI's own URL gets
+`$OPENAI_API_KEY`; a custom base URL gets the variable named by `api_key_env`, or the placeholder "EMPTY".
+It is never written anywhere, and error texts are redacted (gepetto.secrets). The client's own retries are
+off: `RemoteLM` retries with backoff and a shared limit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
+import warnings
+from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
-from gepetto.lm.base import Completion, LMError, Message, Usage, estimated_usage, json_schema_of
+from gepetto.lm.base import Completion, LMError, Message, PerLoop, Usage, estimated_usage, json_schema_of
 from gepetto.lm.remote import RemoteLM, Transient, parse_retry_after
+from gepetto.secrets import redact, register_secret_env
 
 # parameters the chat completions API takes; others (top_k, repeat_penalty) go to self-hosted servers only
 _OPENAI_PARAMS = {"temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
@@ -35,15 +43,54 @@ def response_format_for_openai(value: Any, style: str = "json_schema") -> dict[s
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
 
 
+PLACEHOLDER_KEY = "EMPTY"  # what a server not paired with a key gets: local servers accept any value
+_warned_plain_http: set[str] = set()
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_plain_http(url: str) -> None:
+    """Warn once per host when a key is about to travel unencrypted to a host other than this machine."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme == "http" and not _is_loopback(host) and host not in _warned_plain_http:
+        _warned_plain_http.add(host)
+        warnings.warn(f"an API key is sent over plain http to {host}: anyone on the network path can read it; "
+                      "use https, or a server on 127.0.0.1", stacklevel=3)
+
+
+async def _keep_client(client: Any) -> AsyncIterator[Any]:
+    """Holds a client until its event loop shuts down: `asyncio.run` closes the async generators of its loop
+    (shutdown_asyncgens), which closes the client inside the loop its connections belong to."""
+    try:
+        yield client
+    finally:
+        with contextlib.suppress(Exception):  # a connection that fails to close cleanly is gone either way
+            await client.close()
+
+
 class OpenAILM(RemoteLM):
-    """An OpenAI-compatible endpoint. `base_url=None` means OpenAI itself (or `$OPENAI_BASE_URL`)."""
+    """An OpenAI-compatible endpoint. `base_url=None` means OpenAI itself (or `$OPENAI_BASE_URL`).
+
+    Keys go only where the user paired them: OpenAI (and `$OPENAI_BASE_URL`) gets `$OPENAI_API_KEY` (or the
+    variable named by `api_key_env`); a custom `base_url` gets a key only from a variable named with
+    `api_key_env`, otherwise the placeholder "EMPTY". Each event loop gets its own HTTP client, closed when the
+    loop ends or by `aclose()`.
+    """
 
     def __init__(
         self,
         model: str,
         *,
         base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key_env: str | None = None,
         structured: str = "json_schema",
         **options: Any,
     ) -> None:
@@ -54,22 +101,48 @@ class OpenAILM(RemoteLM):
         self.structured = structured
         self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
         self._hosted = base_url is None and not os.environ.get("OPENAI_BASE_URL")
-        self._api_key_env = api_key_env
-        if self._hosted and not os.environ.get(api_key_env):
-            raise LMError(f"{self.name}: set the API key in the environment variable {api_key_env}")
-        self._client: Any = None
+        # the variable whose value is sent as the key; None: a custom URL the user paired with no key
+        self._api_key_env = api_key_env or ("OPENAI_API_KEY" if base_url is None else None)
+        if self._api_key_env is not None:
+            register_secret_env(self._api_key_env)
+            if (self._hosted or api_key_env) and not os.environ.get(self._api_key_env):
+                raise LMError(f"{self.name}: set the API key in the environment variable {self._api_key_env}")
+        self._clients = PerLoop(dict)
 
     def endpoint(self) -> str:
         return f"openai@{self.base_url or os.environ.get('OPENAI_BASE_URL') or 'api.openai.com'}"
 
-    def _get_client(self) -> Any:
-        if self._client is None:
-            from openai import AsyncOpenAI
+    def api_key(self) -> str:
+        """The key this LM sends: from its paired variable, or the placeholder (read at each client's creation)."""
+        if self._api_key_env is None:
+            return PLACEHOLDER_KEY
+        return os.environ.get(self._api_key_env) or PLACEHOLDER_KEY
 
-            # a self-hosted server usually needs no key, but the client insists on one
-            key = os.environ.get(self._api_key_env) or "not-needed"
-            self._client = AsyncOpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=self.timeout)
-        return self._client
+    def _new_client(self) -> Any:
+        from openai import AsyncOpenAI
+
+        key = self.api_key()
+        url = self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        if key != PLACEHOLDER_KEY:
+            warn_plain_http(url)
+        client = AsyncOpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=self.timeout)
+        if not self._hosted:  # like the key, the organization and project ($OPENAI_ORG_ID, ...) are OpenAI's
+            client.organization = client.project = None
+        return client
+
+    async def _get_client(self) -> Any:
+        slot = self._clients.get()  # one client per event loop: its connections belong to that loop
+        if "client" not in slot:
+            keeper = _keep_client(self._new_client())
+            slot["keeper"] = keeper  # a strong reference: the loop only keeps a weak one
+            slot["client"] = await keeper.__anext__()
+        return slot["client"]
+
+    async def aclose(self) -> None:
+        """Close the running loop's HTTP client (a later call in this or another loop makes a new one)."""
+        slot = self._clients.pop()
+        if slot and "keeper" in slot:
+            await slot["keeper"].aclose()
 
     def _kwargs(self, params: dict[str, Any]) -> dict[str, Any]:
         kw: dict[str, Any] = {k: v for k, v in params.items() if k in _OPENAI_PARAMS}
@@ -88,7 +161,7 @@ class OpenAILM(RemoteLM):
         import openai
 
         try:
-            resp = await self._get_client().chat.completions.create(
+            resp = await (await self._get_client()).chat.completions.create(
                 model=self.model, messages=messages, **self._kwargs(params))
         except openai.OpenAIError as exc:
             raise translate_error(exc, self.name) from None
@@ -117,7 +190,7 @@ def translate_error(exc: Exception, name: str) -> Exception:
 
 
 def _short(text: Any, n: int = 200) -> str:
-    text = str(text)
+    text = redact(str(text))
     return text if len(text) <= n else text[:n] + "..."
 
 

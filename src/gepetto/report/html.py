@@ -1,6 +1,6 @@
 """Render a run snapshot (see gepetto.store.snapshot) as one self-contained HTML page.
 
-Everything static is rendered here with every user string escaped; the small inline script only adds the
+Everything static is rendered here with every user string redacted and escaped; the small inline script only adds the
 interactive parts (candidate panel, diffs, selection) from a JSON block and writes user text with textContent.
 No resource is fetched from anywhere: CSS, script, charts (SVG) and data are all inline.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gepetto.report.assets import CSS, JS
+from gepetto.secrets import redact_data
 
 _DASH, _STAR = "\u2013", " \u2605"
 
@@ -652,8 +653,11 @@ def _script_data(view: _View) -> dict[str, Any]:
 
 
 def render_report(snapshot: Mapping[str, Any]) -> str:
-    """The whole report as one HTML document (inline CSS, script, SVG and data; nothing fetched)."""
-    view = _View(snapshot)
+    """The whole report as one HTML document (inline CSS, script, SVG and data; nothing fetched).
+
+    Every string of the snapshot is redacted (gepetto.secrets) and then escaped where it is written.
+    """
+    view = _View(redact_data(snapshot))
     try:
         from gepetto import __version__ as version
     except ImportError:  # pragma: no cover - the package is always importable here

@@ -2,7 +2,9 @@
 
 Every finished rollout is committed as soon as it finishes, so a killed run loses only what was in flight.
 Resuming replays the run over its stored rollouts and reflection answers (see engine/loop.py), which takes
-exactly the same path as the first time. State is JSON and SQL, never pickle.
+exactly the same path as the first time. State is JSON and SQL: nothing stored is ever unpickled or
+executed. Every text written is redacted first (gepetto.secrets), and a new store file is readable by its
+owner only (0600; SQLite gives its -wal and -shm files the same mode).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from gepetto.engine.state import CandidateRecord
 from gepetto.program import Rollout, TraceEntry
+from gepetto.secrets import create_private_file, redact, redact_data
 from gepetto.types import Candidate, Example, Score
 
 SCHEMA = """
@@ -112,30 +115,61 @@ class RunInfo:
 
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, (set, tuple)):
-        return list(obj)
+        return redact_data(list(obj))
     if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    return repr(obj)
+        return redact_data(obj.to_dict())
+    return redact(repr(obj))
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, default=_json_default)
+    """JSON with every string redacted: what goes to disk never holds a secret."""
+    return json.dumps(redact_data(obj), ensure_ascii=False, default=_json_default)
+
+
+class StoreError(RuntimeError):
+    """The run store file cannot be used (not a SQLite file, corrupted, read-only, ...); the message says what."""
+
+
+def _store_error(path: Path, exc: BaseException) -> StoreError:
+    text = str(exc)
+    if "not a database" in text or "malformed" in text or "no such table" in text:
+        return StoreError(f"{path} is not a usable gepetto run store ({text}); pass another --storage, or move "
+                          "the file away")
+    if isinstance(exc, PermissionError) or "readonly" in text or "read-only" in text or "unable to open" in text:
+        return StoreError(f"cannot write to the run store {path} ({text}); check the permissions of the file and "
+                          "its directory, or pass another --storage")
+    return StoreError(f"cannot use the run store {path}: {type(exc).__name__}: {text}")
 
 
 class RunStore:
-    """A SQLite file holding any number of runs. Safe to share between the event loop and worker threads."""
+    """A SQLite file holding any number of runs. Safe to share between the event loop and worker threads.
 
-    def __init__(self, path: str | Path) -> None:
+    `readonly=True` opens an existing store for reading only (listing, showing, reports): it works on a file
+    the user may not write. A file that is not a run store raises StoreError, with the path and the reason.
+    """
+
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
         self.path = Path(path)
-        if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
-        self._db.executescript(SCHEMA)
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(evaluations)")}
-        if "pattern" not in columns:  # a store written before Score.pattern existed
-            self._db.execute("ALTER TABLE evaluations ADD COLUMN pattern TEXT NOT NULL DEFAULT ''")
+        try:
+            if readonly:
+                if not self.path.is_file():
+                    raise StoreError(f"no run store at {self.path}")
+                self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                           check_same_thread=False, isolation_level=None)
+                self._db.execute("SELECT name, status, config FROM runs LIMIT 1").fetchall()  # a run store?
+            else:
+                if self.path.parent and not self.path.parent.exists():
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                create_private_file(self.path)
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
+                self._db.executescript(SCHEMA)
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(evaluations)")}
+                if "pattern" not in columns:  # a store written before Score.pattern existed
+                    self._db.execute("ALTER TABLE evaluations ADD COLUMN pattern TEXT NOT NULL DEFAULT ''")
+        except (sqlite3.Error, OSError) as exc:
+            raise _store_error(self.path, exc) from None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -218,7 +252,8 @@ class RunStore:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO candidates VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        (run, rec.index, rec.candidate.id, dumps(rec.candidate.to_dict()), dumps(list(rec.parents)),
-                        rec.origin, rec.iteration, rec.component, rec.mean, dumps(rec.val_scores),
+                        redact(rec.origin), rec.iteration, None if rec.component is None else redact(rec.component),
+                        rec.mean, dumps(rec.val_scores),
                         rec.rollouts_at_creation))
 
     def candidates(self, run: str) -> list[dict[str, Any]]:
@@ -231,20 +266,23 @@ class RunStore:
     def put_rollout(self, run: str, candidate: Candidate, example_id: str, rollout: Rollout) -> None:
         """Commit one finished rollout (idempotent: a replayed rollout is not written twice)."""
         try:
-            output = json.dumps(rollout.output, ensure_ascii=False)
+            output = json.dumps(redact_data(rollout.output), ensure_ascii=False)
         except (TypeError, ValueError):
-            output = json.dumps(repr(rollout.output), ensure_ascii=False)
+            output = json.dumps(redact(repr(rollout.output)), ensure_ascii=False)
+        error = redact(rollout.error) if rollout.error is not None else None
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO evaluations (run, candidate_id, example_id, score, feedback, objectives, "
                        "output, trace, error, texts, pattern) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                       (run, candidate.id, example_id, rollout.score.value, rollout.score.feedback,
+                       (run, candidate.id, example_id, rollout.score.value, redact(rollout.score.feedback),
                         dumps(dict(rollout.score.objectives)), output, dumps([t.to_dict() for t in rollout.trace]),
-                        rollout.error, dumps(candidate.to_dict()), rollout.score.pattern))
+                        error, dumps(candidate.to_dict()), redact(rollout.score.pattern)))
 
     def rollouts(self, run: str) -> dict[tuple[str, str], Rollout]:
         """All stored rollouts of a run, keyed by (candidate id, example id)."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(evaluations)")}
+        pattern = "pattern" if "pattern" in columns else "''"  # a read-only store from before Score.pattern
         rows = self._db.execute("SELECT candidate_id, example_id, score, feedback, objectives, output, trace, error, "
-                                "pattern FROM evaluations WHERE run=?", (run,)).fetchall()
+                                f"{pattern} FROM evaluations WHERE run=?", (run,)).fetchall()
         out = {}
         for cid, eid, score, feedback, objectives, output, trace, error, pattern in rows:
             out[(cid, eid)] = Rollout(eid, Score(score, feedback, json.loads(objectives), pattern or ""),

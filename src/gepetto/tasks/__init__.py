@@ -19,6 +19,8 @@ TASKS: dict[str, str] = {
     "aime": "gepetto.tasks.math",
     "clinc-banking": "gepetto.tasks.intents",  # real track: cheap rollouts, measured headroom
     "clinc-credit-oos": "gepetto.tasks.intents",
+    "clinc-kitchen": "gepetto.tasks.intents",
+    "clinc-work-oos": "gepetto.tasks.intents",
     "snips-restaurant": "gepetto.tasks.slots",
     "snips-weather": "gepetto.tasks.slots",
     "sim": "gepetto.sim",  # simulated, known optimum: for tests, benchmarks and trying the CLI without models
@@ -31,6 +33,8 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     "aime": {"dataset": "aime"},
     "clinc-banking": {"domain": "banking", "oos": False},
     "clinc-credit-oos": {"domain": "credit_cards", "oos": True},
+    "clinc-kitchen": {"domain": "kitchen_and_dining", "oos": False},
+    "clinc-work-oos": {"domain": "work", "oos": True},
     "snips-restaurant": {"intent": "BookRestaurant"},
     "snips-weather": {"intent": "GetWeather"},
 }

@@ -75,8 +75,26 @@ ORDERS: list[tuple[str, str, int, str]] = [
 
 
 def _norm_item(text: str) -> str:
-    t = re.sub(r"[^a-z ]", "", str(text).lower()).strip()
-    return t[:-2] if t.endswith("es") and t[:-2] else t[:-1] if t.endswith("s") and len(t) > 3 else t
+    return re.sub(r"\s+", " ", re.sub(r"[^a-z ]", "", str(text).lower())).strip()
+
+
+def _item_forms(text: str) -> set[str]:
+    """The item as written plus the singulars it may stand for: "boxes" -> box, "cookies" -> cookie or
+    cooky, "candles" -> candle (never "candl"): "es" goes only after s/x/z/ch/sh, "ies" may be "y"."""
+    t = _norm_item(text)
+    forms = {t}
+    if len(t) > 3 and t.endswith("s") and not t.endswith("ss"):
+        forms.add(t[:-1])  # candles -> candle, horses -> horse, cookies -> cookie
+        if t.endswith("ies") and len(t) > 4:
+            forms.add(t[:-3] + "y")  # berries -> berry
+        elif t.endswith("es") and t[:-2].endswith(("s", "x", "z", "ch", "sh")):
+            forms.add(t[:-2])  # boxes -> box, glasses -> glass, lunches -> lunch
+    return forms
+
+
+def same_item(answer: Any, gold: str) -> bool:
+    """Whether the answer names the gold item, singular or plural."""
+    return bool(_item_forms(str(answer)) & _item_forms(gold))
 
 
 def _parse(output: str) -> dict | None:
@@ -99,7 +117,7 @@ def metric(example: Example, output: Any, trace: list[TraceEntry]) -> Score:
         return Score(0.0, f"The reply is not the required JSON. {FORMAT} Here the answer is "
                           f'{{"item": "{gold_item}", "quantity": {gold_qty}}}.' + (f" Note: {note}." if note else ""))
     score, problems = 0.2, []
-    if _norm_item(data["item"]) in (_norm_item(gold_item), gold_item):
+    if same_item(data["item"], gold_item):
         score += 0.4
     else:
         problems.append(f'"item" should be "{gold_item}" (the thing ordered, one or two words), not {data["item"]!r}')

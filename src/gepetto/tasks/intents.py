@@ -33,7 +33,7 @@ from gepetto.types import Candidate, Example, Score
 FOLDER = "clinc150"
 OOS = "out_of_scope"
 
-# Hand-written definitions, one line per intent (written from the intent names and the banking / card domain,
+# Hand-written definitions, one line per intent (written from the intent names and the domain,
 # before any optimisation run; never tuned on data).
 DEFINITIONS: dict[str, dict[str, str]] = {
     "banking": {
@@ -69,6 +69,40 @@ DEFINITIONS: dict[str, dict[str, str]] = {
         "expiration_date": "asks when their card expires",
         "card_declined": "says their card was declined or asks why a payment was refused",
         "international_fees": "asks about fees for using the card abroad or in a foreign currency",
+    },
+    "kitchen_and_dining": {
+        "food_last": "asks how long a food keeps or stays good (in the fridge, freezer...)",
+        "confirm_reservation": "wants to check or confirm a restaurant reservation they already made",
+        "how_busy": "asks how busy or crowded a restaurant is, or how long the wait is",
+        "ingredients_list": "asks which ingredients a dish or recipe needs",
+        "calories": "asks how many calories a food has",
+        "nutrition_info": "asks about the nutrition facts of a food (protein, fat, vitamins, sugar...)",
+        "recipe": "asks how to make or cook a dish (a recipe)",
+        "restaurant_reviews": "asks what people say about a restaurant (reviews, ratings)",
+        "restaurant_reservation": "wants to book a table at a restaurant",
+        "meal_suggestion": "asks what to cook or eat (ideas for a meal at home)",
+        "restaurant_suggestion": "asks for a restaurant to go to (a recommendation of a place)",
+        "cancel_reservation": "wants to cancel a restaurant reservation",
+        "ingredient_substitution": "asks what to use instead of an ingredient",
+        "cook_time": "asks how long to cook or bake something",
+        "accept_reservations": "asks whether a restaurant takes reservations",
+    },
+    "work": {
+        "pto_request_status": "asks whether their time-off request was approved",
+        "next_holiday": "asks when the next holiday is",
+        "insurance_change": "wants to change their insurance plan",
+        "insurance": "asks what insurance or benefits plan they have",
+        "meeting_schedule": "asks what meetings they have or when a meeting is",
+        "payday": "asks when they get paid next",
+        "taxes": "asks about their taxes (filing, owing, refund)",
+        "income": "asks how much they earn (salary, income)",
+        "rollover_401k": "asks how to move (roll over) their 401k to another plan or employer",
+        "pto_balance": "asks how many vacation or time-off days they have left",
+        "pto_request": "wants to request time off (vacation days)",
+        "w2": "asks about their W-2 tax form (where to get it, what it says)",
+        "schedule_meeting": "wants to set up a new meeting",
+        "direct_deposit": "asks how to set up or change direct deposit of their pay",
+        "pto_used": "asks how many vacation or time-off days they have already used",
     },
 }
 OOS_DEFINITION = "anything that matches none of the intents above (another topic)"

@@ -1,0 +1,281 @@
+"""Bad input, and what gepetto does with it: one clear error, or a failed rollout recorded with the reason.
+
+Each test is one row of docs/reliability.md. Through the CLI a user error never shows a traceback: exit
+code 2 and one `error:` line. Rows marked xfail are being fixed on the branch rel-engine (engine side).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+import gepetto
+from gepetto import sim
+from gepetto.cli import app
+from gepetto.lm.base import ScriptedLM
+from gepetto.store.sqlite import RunStore, StoreError
+from gepetto.types import Example, Score
+
+SIM = ["--task", "sim", "--task-lm", "sim:task", "--reflection-lm", "sim:reflection"]
+ENGINE = pytest.mark.xfail(reason="fixed on branch rel-engine", strict=False)
+
+
+def optimize(trainset, valset=None, metric=None, program=None, seed="Answer the question.", **config):
+    task = sim.task()
+    config.setdefault("budget", 60)
+    return gepetto.optimize(seed, trainset, metric or task.metric, valset=valset, program=program or task.program,
+                            task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), **config)
+
+
+def evaluate(metric=None, program=None, examples=None, candidate="Answer the question."):
+    task = sim.task(n_train=3, n_val=3)
+    return gepetto.evaluate(candidate, examples or task.valset, metric or task.metric,
+                            program=program or task.program, task_lm=sim.SimTaskLM())
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def invoke(*args):
+        res = runner.invoke(app, [str(a) for a in args])
+        # a user error ends in typer.Exit (SystemExit), never in another exception with a traceback
+        assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+        assert "Traceback" not in res.output
+        return res
+
+    return invoke
+
+
+# ---- data -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("train, val, message", [
+    ([], None, "trainset is empty"),
+    (sim.examples(3, 2, "t"), [], "valset is empty"),
+])
+def test_empty_dataset_is_one_clear_error(train, val, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        optimize(train, val)
+
+
+def test_empty_split_through_the_cli_exits_2(cli) -> None:
+    res = cli("optimize", *SIM, "--n-train", 0, "--budget", 30, "-q")
+    assert res.exit_code == 2 and "n_train" in res.output
+
+
+def test_tiny_dataset_runs() -> None:
+    one = sim.examples(1, 1, "t")
+    result = optimize(one, sim.examples(1, 1, "v"), budget=12, minibatch_size=3)
+    assert result.rollouts_used <= 12 and len(result.candidates) >= 1
+
+
+def test_budget_below_one_validation_pass_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match="smaller than one validation pass"):
+        optimize(sim.examples(4, 2, "t"), sim.examples(10, 2, "v"), budget=5)
+
+
+def test_duplicate_ids_within_a_split_are_one_clear_error() -> None:
+    dup = [Example({"question": "question 1 kind 0"}, "answer-1", id="same"),
+           Example({"question": "question 2 kind 0"}, "answer-2", id="same")]
+    with pytest.raises(ValueError, match="duplicate example ids"):
+        optimize(dup)
+
+
+@ENGINE
+def test_same_id_for_different_examples_across_splits_is_one_clear_error() -> None:
+    train = [Example({"question": "question 1 kind 0"}, "answer-1", id="x1")]
+    val = [Example({"question": "question 9 kind 1"}, "answer-9", id="x1")]
+    with pytest.raises(ValueError, match="x1"):
+        optimize(train, val, budget=10)
+
+
+def test_example_missing_a_field_is_a_failed_rollout() -> None:
+    async def program(candidate, example, ctx):
+        return await ctx.lm("instruction", example["question"])
+
+    ev = evaluate(program=program, examples=[Example({"text": "no question here"}, "answer-1", id="e1")])
+    r = ev.rollouts[0]
+    assert r.score.value == 0.0 and "KeyError" in r.error and "'question'" in r.error
+    assert "The program raised an error" in r.score.feedback
+
+
+# ---- candidates and programs -----------------------------------------------------------------------
+
+def test_program_asking_for_an_unknown_component_is_a_failed_rollout() -> None:
+    async def program(candidate, example, ctx):
+        return await ctx.lm("summary", example["q"])
+
+    ev = evaluate(program=program)
+    assert all(r.score.value == 0.0 and "component 'summary'" in r.error for r in ev.rollouts)
+
+
+def test_evolving_a_component_the_seed_lacks_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match="not in the seed candidate"):
+        optimize(sim.examples(4, 2, "t"), components=["summary"])
+
+
+def test_several_components_without_a_program_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match="needs a program"):
+        gepetto.optimize({"a": "x", "b": "y"}, sim.examples(4, 2, "t"), sim.metric)
+
+
+def test_program_raising_is_a_failed_rollout_and_the_run_goes_on() -> None:
+    def program(candidate, example, ctx):
+        if example.id.endswith("1"):
+            raise RuntimeError("the tool crashed")
+        return ctx.lm("instruction", example["q"])
+
+    result = optimize(sim.examples(6, 2, "t"), sim.examples(4, 2, "v"), program=program, budget=40)
+    assert result.rollouts_used > 4 and 0.0 <= result.best_score <= 1.0
+    ev = evaluate(program=program, examples=sim.examples(3, 2, "v"))
+    failed = [r for r in ev.rollouts if r.error]
+    assert failed and all("RuntimeError: the tool crashed" in r.error for r in failed)
+
+
+# ---- metrics ----------------------------------------------------------------------------------------
+
+def test_metric_raising_is_a_failed_rollout() -> None:
+    def metric(example, output, trace):
+        raise ZeroDivisionError("division by zero in my metric")
+
+    ev = evaluate(metric=metric)
+    assert all(r.score.value == 0.0 and "The metric raised an error" in r.score.feedback for r in ev.rollouts)
+    assert "ZeroDivisionError" in ev.rollouts[0].error
+
+
+@ENGINE
+@pytest.mark.parametrize("value", [math.nan, 1.5, -0.1, "0.5", None, [0.5]])
+def test_metric_returning_an_unusable_value_is_a_failed_rollout_naming_it(value) -> None:
+    ev = evaluate(metric=lambda e, o, t: value)
+    for r in ev.rollouts:
+        assert r.score.value == 0.0 and r.error and "metric" in r.score.feedback.lower()
+        assert repr(value) in r.error or str(value) in r.error
+
+
+@ENGINE
+def test_metric_returning_a_numpy_scalar_is_accepted() -> None:
+    np = pytest.importorskip("numpy")
+    ev = evaluate(metric=lambda e, o, t: np.float32(0.5))
+    assert all(r.score.value == 0.5 and r.error is None for r in ev.rollouts)
+
+
+def test_score_out_of_range_is_refused_where_it_is_made() -> None:
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        Score(1.5, "too good")
+
+
+# ---- reflection ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("junk", ["", "Certainly! Please provide the instruction.", "<new_instruction>",
+                                  "\x00\x01 binary \ufffd", "Answer the question."])
+def test_junk_reflection_output_is_rejected_and_the_run_goes_on(junk) -> None:
+    task = sim.task(n_train=6, n_val=4)
+    result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                              program=task.program, task_lm=sim.SimTaskLM(),
+                              reflection_lm=ScriptedLM(lambda m, p: junk), budget=40, max_idle_iterations=3)
+    assert len(result.candidates) == 1 and result.best_candidate == task.seed_candidate
+    assert any(k.startswith("rejected") for k in result.proposals)
+
+
+# ---- configuration ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--budget", "0"], "budget"),
+    (["--task", "nope"], "unknown task"),
+    (["--task-lm", "gpt-4"], "accepted forms"),
+    (["--cache", "sometimes"], "cache"),
+    (["--config", "missing.yaml"], "does not exist"),
+    (["--task-option", "novalue"], "KEY=VALUE"),
+])
+def test_invalid_config_through_the_cli_is_one_line_and_exit_2(cli, args, fragment) -> None:
+    res = cli("optimize", *SIM, "-q", *args)
+    assert res.exit_code == 2 and "error:" in res.output and fragment in res.output
+
+
+def test_unparsable_config_file_exits_2(cli, tmp_path) -> None:
+    (tmp_path / "bad.yaml").write_text("budget: [unclosed\n")
+    res = cli("optimize", "--config", tmp_path / "bad.yaml", "-q")
+    assert res.exit_code == 2 and "cannot be parsed" in res.output
+
+
+def test_invalid_engine_option_in_python_names_the_options() -> None:
+    with pytest.raises(TypeError, match="unknown option"):
+        optimize(sim.examples(4, 2, "t"), budgit=10)
+
+
+# ---- the run store ------------------------------------------------------------------------------------
+
+JUNK = b"this is not a SQLite file, whatever its name says. " * 20
+
+
+@pytest.mark.parametrize("command", [["runs"], ["show", "r"], ["report", "r", "-o", "r.html"], ["export", "r"]])
+def test_corrupted_store_file_is_one_clear_error(cli, tmp_path, command) -> None:
+    (tmp_path / "runs.sqlite").write_bytes(JUNK)
+    res = cli(*command, "--storage", "runs.sqlite")
+    assert res.exit_code == 2 and "is not a usable gepetto run store" in res.output
+
+
+def test_corrupted_store_file_when_optimizing_is_one_clear_error(cli, tmp_path) -> None:
+    (tmp_path / "runs.sqlite").write_bytes(JUNK)
+    res = cli("optimize", *SIM, "--budget", 30, "--storage", "runs.sqlite", "-q")
+    assert res.exit_code == 2 and "is not a usable gepetto run store" in res.output
+    assert (tmp_path / "runs.sqlite").read_bytes() == JUNK  # the user's file is left as it was
+
+
+def test_sqlite_file_of_something_else_is_one_clear_error(cli, tmp_path) -> None:
+    db = sqlite3.connect(tmp_path / "other.sqlite")
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    res = cli("runs", "--storage", "other.sqlite")
+    assert res.exit_code == 2 and "is not a usable gepetto run store" in res.output
+
+
+def test_read_only_store_can_be_read(cli, tmp_path) -> None:
+    res = cli("optimize", *SIM, "--budget", 30, "--run", "r", "--storage", "runs.sqlite", "-q")
+    assert res.exit_code == 0
+    os.chmod(tmp_path / "runs.sqlite", 0o400)
+    try:
+        for command in (["runs"], ["show", "r"], ["export", "r"]):
+            out = cli(*command, "--storage", "runs.sqlite")
+            assert out.exit_code == 0 and "r" in out.output
+    finally:
+        os.chmod(tmp_path / "runs.sqlite", 0o600)
+
+
+def test_read_only_store_when_writing_is_one_clear_error(tmp_path, monkeypatch) -> None:
+    """Root may write anywhere, so the refusal is simulated where SQLite would raise it."""
+    real_connect = sqlite3.connect
+
+    def readonly_connect(*args, **kwargs):
+        class ReadOnly:
+            def __init__(self, db):
+                self.db = db
+
+            def execute(self, sql, *a):
+                raise sqlite3.OperationalError("attempt to write a readonly database")
+
+        return ReadOnly(real_connect(*args, **kwargs))
+
+    monkeypatch.setattr(sqlite3, "connect", readonly_connect)
+    with pytest.raises(StoreError, match=r"cannot write to the run store .*readonly"):
+        RunStore(tmp_path / "runs.sqlite")
+
+
+def test_report_to_an_unwritable_path_is_one_clear_error(cli, tmp_path) -> None:
+    assert cli("optimize", *SIM, "--budget", 30, "--run", "r", "--storage", "runs.sqlite", "-q").exit_code == 0
+    (tmp_path / "a-file").write_text("x")
+    res = cli("report", "r", "-o", tmp_path / "a-file" / "report.html", "--storage", "runs.sqlite")
+    assert res.exit_code == 2 and "cannot write the report" in res.output
+
+
+def test_missing_store_and_unknown_run_are_one_clear_error(cli, tmp_path) -> None:
+    assert cli("runs", "--storage", "nowhere.sqlite").exit_code == 2
+    assert cli("optimize", *SIM, "--budget", 30, "--run", "r", "--storage", "runs.sqlite", "-q").exit_code == 0
+    res = cli("show", "nope", "--storage", "runs.sqlite")
+    assert res.exit_code == 2 and "no run named 'nope'" in res.output
