@@ -120,6 +120,8 @@ class Recorder:
     def __init__(self, metric: CountingMetric) -> None:
         self.metric = metric
         self.curve: list[tuple[int, float]] = []
+        self.curve_s: list[float] = []
+        self.t0 = time.perf_counter()  # reset just before the run starts
         self.best = float("-inf")
         self.kinds: list[str] = []  # each proposal classified by gepetto's vetting rules (for real LMs)
         self._pending: Mapping[str, Any] = {}
@@ -129,6 +131,7 @@ class Recorder:
     def on_valset_evaluated(self, event: Mapping[str, Any]) -> None:
         self.best = max(self.best, float(event["average_score"]))
         self.curve.append((self.metric.calls, self.best))
+        self.curve_s.append(time.perf_counter() - self.t0)
 
     def on_proposal_start(self, event: Mapping[str, Any]) -> None:
         self._pending = event
@@ -185,7 +188,7 @@ def run_gepa(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed: i
     recorder = Recorder(metric)
     try:
         adapter = ProgramAdapter(task.program, metric, tlm, loop, lm_params, max_workers=max_workers)
-        t0 = time.perf_counter()
+        t0 = recorder.t0 = time.perf_counter()
         result = gepa.optimize(
             seed_candidate=dict(task.seed_candidate), trainset=list(task.trainset), valset=list(task.valset),
             adapter=adapter, reflection_lm=ReflectionCallable(rlm, loop, reflection_params),
@@ -208,4 +211,5 @@ def run_gepa(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed: i
     test = test_score(task, best, test_lm or task_lm)
     return RunRecord(system, task.name, seed, budget, test, scores[result.best_idx], scores[0],
                      int(result.total_metric_calls or 0), counted, wall, t_snap[0], t_snap[1:], r_snap[0],
-                     r_snap[1:], recorder.curve, len(result.candidates), proposals, best)
+                     r_snap[1:], recorder.curve, len(result.candidates), proposals, best,
+                     note=f"LM errors: task {tlm.errors}, reflection {rlm.errors}", curve_s=recorder.curve_s)

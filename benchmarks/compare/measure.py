@@ -46,7 +46,7 @@ class CountingLM:
 
     def __init__(self, lm: LM) -> None:
         self.lm, self.name = lm, lm.name
-        self.calls = self.input_tokens = self.output_tokens = 0
+        self.calls = self.input_tokens = self.output_tokens = self.errors = 0
         self._lock = threading.Lock()
 
     def _count(self, out: Completion) -> Completion:
@@ -56,12 +56,24 @@ class CountingLM:
             self.output_tokens += out.usage.output_tokens
         return out
 
+    def _failed(self) -> None:
+        with self._lock:
+            self.errors += 1
+
     def respond(self, messages: Sequence[Message], **params: Any) -> Completion:
         """Synchronous fast path, for scripted LMs that have one."""
-        return self._count(self.lm.respond(messages, **params))  # type: ignore[attr-defined]
+        try:
+            return self._count(self.lm.respond(messages, **params))  # type: ignore[attr-defined]
+        except Exception:
+            self._failed()
+            raise
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
-        return self._count(await self.lm.complete(messages, **params))
+        try:
+            return self._count(await self.lm.complete(messages, **params))
+        except Exception:
+            self._failed()
+            raise
 
     def snapshot(self) -> tuple[int, int, int]:
         return self.calls, self.input_tokens, self.output_tokens
@@ -90,19 +102,29 @@ class RunRecord:
     proposals: dict[str, int] = field(default_factory=dict)
     best_candidate: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    curve_s: list[float] = field(default_factory=list)  # seconds since the start, for each curve point
 
     @property
     def rollouts_to_95(self) -> int | None:
         """Metric calls spent when the best validation score first reached 95% of its final value."""
         return rollouts_to_fraction(self.curve, 0.95)
 
+    @property
+    def seconds_to_95(self) -> float | None:
+        """Wall time when the best validation score first reached 95% of its final value."""
+        if len(self.curve_s) != len(self.curve):
+            return None
+        timed = [(t, score) for t, (_, score) in zip(self.curve_s, self.curve, strict=True)]
+        return rollouts_to_fraction(timed, 0.95)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["rollouts_to_95"] = self.rollouts_to_95
+        d["seconds_to_95"] = self.seconds_to_95
         return d
 
 
-def rollouts_to_fraction(curve: Sequence[tuple[int, float]], fraction: float) -> int | None:
+def rollouts_to_fraction(curve: Sequence[tuple[Any, float]], fraction: float) -> Any:
     if not curve:
         return None
     final = max(score for _, score in curve)
@@ -141,12 +163,15 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
     """One gepetto run through its public `optimize`, counted by the harness."""
     metric, tlm, rlm = CountingMetric(task.metric), CountingLM(task_lm), CountingLM(reflection_lm)
     curve: list[tuple[int, float]] = []
+    curve_s: list[float] = []
+    t0 = time.perf_counter()
     verdicts: list[str] = []  # vet verdict of every reflection answer, in call order ("" = kept)
     paid: list[bool] = []  # whether that answer was tried on a minibatch (exact with proposals_per_round=1)
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
         if kind == "candidate":
             curve.append((metric.calls, float(data["best"])))
+            curve_s.append(time.perf_counter() - t0)
         elif kind == "reflection":
             verdicts.append(data["rejected"])
             paid.append(False)
@@ -169,7 +194,8 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
     return RunRecord(system, task.name, seed, budget, test, result.best_score, result.seed_score,
                      result.rollouts_used, counted, wall, t_snap[0], t_snap[1:], r_snap[0], r_snap[1:],
                      curve, len(result.candidates), proposals, result.best_candidate.to_dict(),
-                     note=f"stopped: {result.stop_reason}")
+                     note=f"stopped: {result.stop_reason}; LM errors: task {tlm.errors}, reflection {rlm.errors}",
+                     curve_s=curve_s)
 
 
 def test_score(task: Task, candidate: Candidate | dict[str, str], lm: LM, examples: Sequence[Example] | None = None,
@@ -215,8 +241,8 @@ def mean_std(values: Sequence[float], digits: int = 3) -> str:
 
 RUN_HEADER = ("| system | seed | test | best val | rollouts (own / counted) | to 95% | wall s | task LM calls (tokens "
               "in+out) | reflection calls (tokens in+out) | answers: useless (empty/unch/echo/chat) | useless paid "
-              "| rejected on minibatch | accepted (merges) | candidates |")
-RUN_RULE = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"
+              "| rejected on minibatch | accepted (merges) | candidates | note |")
+RUN_RULE = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"
 
 
 def run_row(r: RunRecord) -> str:
@@ -228,14 +254,15 @@ def run_row(r: RunRecord) -> str:
             f"{r.task_calls} ({r.task_tokens[0]}+{r.task_tokens[1]}) | {r.reflection_calls} "
             f"({r.reflection_tokens[0]}+{r.reflection_tokens[1]}) | {useless} | {p.get('useless_paid', 0)} | "
             f"{p.get('rejected_minibatch', 0)} | {p.get('accepted', 0)} ({p.get('merges_accepted', 0)}) | "
-            f"{r.candidates} |")
+            f"{r.candidates} | {r.note} |")
 
 
-def summary_rows(records: Sequence[RunRecord], optimum: float | None = None) -> list[str]:
+def summary_rows(records: Sequence[RunRecord], optimum: float | None = None, times: bool = False) -> list[str]:
     """Per system: mean ± sd over seeds of test, gap to the optimum, best val, rollouts, to-95%, wall time."""
     lines = ["| system | runs | test | gap to optimum (test) | best val | rollouts counted | to 95% | wall s | "
-             "wall s per 100 rollouts | reflection calls | useless answers paid |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             + ("wall s to 95% | " if times else "")
+             + "wall s per 100 rollouts | reflection calls | useless answers paid |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if times else "")]
     for system in dict.fromkeys(r.system for r in records):
         rs = [r for r in records if r.system == system]
         gap = mean_std([optimum - r.test_score for r in rs]) if optimum is not None else "-"
@@ -244,7 +271,9 @@ def summary_rows(records: Sequence[RunRecord], optimum: float | None = None) -> 
         lines.append(
             f"| {system} | {len(rs)} | {mean_std([r.test_score for r in rs])} | {gap} | "
             f"{mean_std([r.best_val for r in rs])} | {mean_std([float(r.rollouts_counted) for r in rs], 0)} | "
-            f"{mean_std(to95, 0)} | {mean_std([r.wall_s for r in rs], 2)} | {mean_std(per100, 2)} | "
+            f"{mean_std(to95, 0)} | {mean_std([r.wall_s for r in rs], 2)} | "
+            + (f"{mean_std([r.seconds_to_95 for r in rs if r.seconds_to_95 is not None], 2)} | " if times else "")
+            + f"{mean_std(per100, 2)} | "
             f"{mean_std([float(r.reflection_calls) for r in rs], 1)} | "
             f"{mean_std([float(r.proposals.get('useless_paid', 0)) for r in rs], 1)} |")
     return lines
@@ -291,8 +320,76 @@ def plot_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, float
     plt.close(fig)
 
 
+def plot_mean_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, float]]], path: Path) -> None:
+    """Like `plot_curves`, but one line per system: the mean over seeds of the best validation score at each
+    rollout count, with the range over seeds shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(panels)
+    cols = min(n, 2)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.0 * rows), squeeze=False)
+    for ax, (title, records, refs) in zip(axes.flat, panels, strict=False):
+        systems = list(dict.fromkeys(r.system for r in records))
+        top = max((u for r in records for u, _ in r.curve), default=1)
+        grid = list(range(0, top + 1, max(1, top // 300)))
+        for i, system in enumerate(systems):
+            runs = [r for r in records if r.system == system and r.curve]
+            values = [[_step_value(r.curve, x) for x in grid] for r in runs]
+            mean = [sum(col) / len(col) for col in zip(*values, strict=True)]
+            lo = [min(col) for col in zip(*values, strict=True)]
+            hi = [max(col) for col in zip(*values, strict=True)]
+            color = {"gepetto": "tab:blue", "gepa": "tab:orange", "gepa+merge": "tab:red"}.get(system, f"C{i + 3}")
+            ax.plot(grid, mean, color=color, label=f"{system} (mean of {len(runs)})")
+            ax.fill_between(grid, lo, hi, color=color, alpha=0.12)
+        for j, (name, y) in enumerate(refs.items()):
+            ax.axhline(y, color="grey", linestyle=[":", "--", "-."][j % 3], linewidth=1)
+            ax.annotate(name, (0, y), xytext=(2, 2), textcoords="offset points", fontsize=7, color="grey")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("rollouts (metric calls, counted by the harness)")
+        ax.set_ylabel("best validation score")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _step_value(curve: Sequence[tuple[int, float]], x: int) -> float:
+    """The best validation score known after `x` metric calls (0 before the seed was scored)."""
+    value = 0.0
+    for used, score in curve:
+        if used > x:
+            break
+        value = score
+    return value
+
+
+def paired(records: Sequence[RunRecord], a: str, b: str, key: str = "test_score") -> tuple[int, int, int]:
+    """Over the seeds both ran: how often `a` scored higher, lower, the same as `b`."""
+    left = {r.seed: getattr(r, key) for r in records if r.system == a}
+    right = {r.seed: getattr(r, key) for r in records if r.system == b}
+    seeds = sorted(set(left) & set(right))
+    wins = sum(left[s] > right[s] + 1e-9 for s in seeds)
+    losses = sum(left[s] < right[s] - 1e-9 for s in seeds)
+    return wins, losses, len(seeds) - wins - losses
+
+
 def save_json(records: Sequence[RunRecord], extra: dict[str, Any], path: Path) -> None:
-    path.write_text(json.dumps({**extra, "runs": [r.to_dict() for r in records]}, indent=1) + "\n")
+    """The raw numbers, one run per line (curves rounded), for later analysis."""
+    runs = []
+    for r in records:
+        d = r.to_dict()
+        d["curve"] = [[u, round(v, 4)] for u, v in r.curve]
+        d["curve_s"] = [round(t, 3) for t in r.curve_s]
+        runs.append(json.dumps(d, separators=(",", ":")))
+    head = json.dumps(extra, separators=(",", ":"))
+    path.write_text('{"meta":' + head + ',\n"runs":[\n' + ",\n".join(runs) + "\n]}\n")
 
 
 RunFn = Callable[..., RunRecord]

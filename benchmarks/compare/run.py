@@ -30,7 +30,9 @@ from benchmarks.compare.measure import (  # noqa: E402
     RUN_RULE,
     RunRecord,
     constant_baseline,
+    paired,
     plot_curves,
+    plot_mean_curves,
     run_gepetto,
     run_row,
     save_json,
@@ -95,7 +97,7 @@ def sim_track(args: argparse.Namespace, argv: Sequence[str]) -> None:
             "seed": test_score(task, task.seed_candidate, lm0),
             "constant answer": constant_baseline(task)[1],
         }
-        if s.max_rules < s.topics:
+        if s.max_rules < -(-s.topics // s.components):
             refs["best within the length limit"] = test_score(task, w.reachable_oracle(), lm0)
         print(f"setting {name}: budget {budget}; " + ", ".join(f"{k} {v:.3f}" for k, v in refs.items()), flush=True)
         records = []
@@ -107,18 +109,28 @@ def sim_track(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 records.append(rec)
         everything += records
         refs_all[name] = refs
-        panels.append((f"{name}: {s.note}"[:95], records, refs))
+        panels.append((f"{name}: {s.topics} topics, {s.components} component(s), budget {budget}", records, refs))
         optimum = refs["optimum (all rules)"]
         lines += [f"## Setting `{name}`: {s.note}", "",
                   f"Splits {s.n_train}/{s.n_val}/{s.n_test} (train/val/test), budget {budget} rollouts, seeds "
                   f"{', '.join(map(str, args.seeds))}.", "",
                   "| reference (test) | score |", "|---|---:|"]
         lines += [f"| {k} | {v:.3f} |" for k, v in refs.items()]
-        lines += ["", *summary_rows(records, optimum), "", "<details><summary>Every run</summary>", "",
+        lines += ["", *summary_rows(records, optimum), ""]
+        for other in [x for x in args.systems if x != "gepetto"] if "gepetto" in args.systems else []:
+            for key, label in (("test_score", "test score"), ("best_val", "best validation score")):
+                win, loss, tie = paired(records, "gepetto", other, key)
+                lines.append(f"- {label}, paired by seed, gepetto vs {other}: gepetto higher in {win}, {other} "
+                             f"higher in {loss}, tied in {tie}.")
+        lines += ["", "<details><summary>Every run</summary>", "",
                   RUN_HEADER, RUN_RULE, *(run_row(r) for r in records), "", "</details>", ""]
-    png = RESULTS / f"{args.name}.png"
+    png, mean_png = RESULTS / f"{args.name}.png", RESULTS / f"{args.name}_mean.png"
     plot_curves(panels, png)
-    lines += [f"![best validation score against rollouts]({png.name})", ""]
+    plot_mean_curves(panels, mean_png)
+    lines += ["## Plots", "", "Best validation score against rollouts, one line per system and seed (the vertical "
+              "line is the budget):", "", f"![best validation score against rollouts]({png.name})", "",
+              "The same, averaged over seeds (shaded: range over seeds):", "",
+              f"![mean best validation score against rollouts]({mean_png.name})", ""]
     out = RESULTS / f"{args.name}.md"
     out.write_text("\n".join(lines) + "\n")
     save_json(everything, {"track": "sim", "argv": list(argv), "references": refs_all},

@@ -33,6 +33,7 @@ from benchmarks.compare.measure import (
     RunRecord,
     plot_curves,
     proposal_accounting,
+    run_row,
     save_json,
     summary_rows,
     test_score,
@@ -85,15 +86,20 @@ class Server:
 
 
 def run_gepetto_http(task: Any, url: str, budget: int, seed: int, concurrency: int, proposals: int,
-                     metric: CountingMetric) -> tuple[Any, list[tuple[int, float]], float]:
+                     metric: CountingMetric) -> tuple[Any, tuple[list[tuple[int, float]], list[float]], float]:
+    import openai  # noqa: F401  (imported before the clock starts)
+
     from gepetto.api import optimize_async
     from gepetto.lm.openai import OpenAILM
 
     curve: list[tuple[int, float]] = []
+    curve_s: list[float] = []
+    t0 = time.perf_counter()
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
         if kind == "candidate":
             curve.append((metric.calls, float(data["best"])))
+            curve_s.append(time.perf_counter() - t0)
 
     os.environ.setdefault("OPENAI_API_KEY", "not-needed")
     task_lm = OpenAILM(TASK_MODEL, base_url=url, max_concurrency=concurrency)
@@ -112,13 +118,14 @@ def run_gepetto_http(task: Any, url: str, budget: int, seed: int, concurrency: i
 
     t0 = time.perf_counter()
     result = asyncio.run(main())
-    return result, curve, time.perf_counter() - t0
+    return result, (curve, curve_s), time.perf_counter() - t0
 
 
 def run_gepa_http(task: Any, url: str, budget: int, seed: int, workers: int, proposals: int,
                   metric: CountingMetric) -> tuple[Any, Any, float]:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no internet: do not fetch the price list
     import gepa
+    import litellm  # noqa: F401  (gepa imports it lazily; import it before the clock starts)
     from benchmarks.compare.gepa_side import QuietLogger, Recorder
     from gepa.adapters.default_adapter.default_adapter import DefaultAdapter, EvaluationResult
     from gepa.strategies.proposal_sampling import IndependentSampling
@@ -137,7 +144,7 @@ def run_gepa_http(task: Any, url: str, budget: int, seed: int, workers: int, pro
                              litellm_batch_completion_kwargs=creds)
     recorder = Recorder(metric)
     extra: dict[str, Any] = {"sampling_strategy": IndependentSampling(proposals)} if proposals > 1 else {}
-    t0 = time.perf_counter()
+    t0 = recorder.t0 = time.perf_counter()
     result = gepa.optimize(
         seed_candidate=dict(task.seed_candidate), trainset=[as_inst(e) for e in task.trainset],
         valset=[as_inst(e) for e in task.valset], adapter=adapter, reflection_lm=f"openai/{REFLECTION_MODEL}",
@@ -154,7 +161,8 @@ def one_run(label: str, world: sim_rules.RulesWorld, task: Any, args: argparse.N
     with server.srv:
         url = server.srv.url
         if system == "gepetto":
-            result, curve, wall = run_gepetto_http(task, url, args.budget, seed, args.concurrency, proposals, metric)
+            result, (curve, curve_s), wall = run_gepetto_http(task, url, args.budget, seed, args.concurrency,
+                                                               proposals, metric)
             own, best, seed_val = result.rollouts_used, result.best_candidate.to_dict(), result.seed_score
             best_val, n_cands = result.best_score, len(result.candidates)
             p = result.proposals
@@ -164,7 +172,7 @@ def one_run(label: str, world: sim_rules.RulesWorld, task: Any, args: argparse.N
         else:
             n_workers = args.concurrency if workers == "max" else 10  # DefaultAdapter's default
             result, rec, wall = run_gepa_http(task, url, args.budget, seed, n_workers, proposals, metric)
-            curve, own = rec.curve, int(result.total_metric_calls or 0)
+            curve, curve_s, own = rec.curve, rec.curve_s, int(result.total_metric_calls or 0)
             scores = list(result.val_aggregate_scores)
             best, best_val, seed_val, n_cands = dict(result.best_candidate), scores[result.best_idx], scores[0], \
                 len(result.candidates)
@@ -176,7 +184,7 @@ def one_run(label: str, world: sim_rules.RulesWorld, task: Any, args: argparse.N
     test = test_score(task, best, world.task_lm(seed))
     record = RunRecord(label, task.name, seed, args.budget, test, best_val, seed_val, own, counted, wall,
                        task_counts[0], task_counts[1:], refl_counts[0], refl_counts[1:], curve, n_cands,
-                       proposals_d, best, note=f"most requests in flight: {max_in_flight}")
+                       proposals_d, best, note=f"most requests in flight: {max_in_flight}", curve_s=curve_s)
     print(f"  {label:38s} seed {seed}: wall {wall:6.1f}s rollouts {own}/{counted} val {best_val:.3f} "
           f"test {test:.3f} in flight {max_in_flight}", flush=True)
     return record
@@ -200,19 +208,11 @@ def walltime_track(args: argparse.Namespace, argv: Sequence[str]) -> None:
         f"default adapter over LiteLLM with `max_litellm_workers` 10 (its default) or {args.concurrency}; "
         f"the parallel variants try {args.proposals} proposals at once. Task and reflection calls are counted on "
         "the server (tokens: prompt characters / 4).", "",
-        *summary_rows(records), "", "<details><summary>Every run</summary>", "",
-        RUN_HEADER + " note |", RUN_RULE + "---|",
-        *(_row(r) for r in records), "", "</details>", ""]
+        *summary_rows(records, times=True), "", "<details><summary>Every run</summary>", "",
+        RUN_HEADER, RUN_RULE, *(run_row(r) for r in records), "", "</details>", ""]
     png = RESULTS / f"{args.name}.png"
     plot_curves([("wall-time track: best validation score against rollouts", records, {})], png)
     lines += [f"![best validation score against rollouts]({png.name})", ""]
     (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     save_json(records, {"track": "walltime", "argv": list(argv)}, RESULTS / f"{args.name}.json")
     print(f"wrote {RESULTS / (args.name + '.md')}")
-
-
-def _row(r: RunRecord) -> str:
-    from benchmarks.compare.measure import run_row
-
-    return run_row(r) + f" {r.note} |"
-
