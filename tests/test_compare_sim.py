@@ -240,6 +240,19 @@ def test_plot_and_tables(tmp_path: Path) -> None:
     assert len(summary_rows([rec], 1.0)) == 3
 
 
+def test_json_round_trip(tmp_path: Path) -> None:
+    from benchmarks.compare.measure import load_json, save_json
+
+    w = sim_rules.world("easy")
+    rec = run_gepetto(w.task(), w.task_lm(0), w.reflection_lm(0), budget=150, seed=0)
+    save_json([rec], {"track": "sim"}, tmp_path / "r.json")
+    (back,) = load_json(tmp_path / "r.json")
+    assert (back.proposals, back.best_candidate) == (rec.proposals, rec.best_candidate)
+    assert [u for u, _ in back.curve] == [u for u, _ in rec.curve]
+    assert [v for _, v in back.curve] == pytest.approx([v for _, v in rec.curve], abs=1e-4)  # rounded in the file
+    assert back.rollouts_to_95 == rec.rollouts_to_95
+
+
 # ---- the gepa side (only where gepa is installed) ----------------------------------------------------
 
 def test_gepa_side_end_to_end_on_the_sim_track() -> None:

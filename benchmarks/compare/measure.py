@@ -279,8 +279,23 @@ def summary_rows(records: Sequence[RunRecord], optimum: float | None = None, tim
     return lines
 
 
+def _xy(r: RunRecord, seconds: bool) -> list[tuple[float, float]]:
+    if seconds:
+        return [(t, v) for t, (_, v) in zip(r.curve_s, r.curve, strict=True)]
+    return [(float(u), v) for u, v in r.curve]
+
+
+def _x_label(seconds: bool) -> str:
+    return "wall time (s)" if seconds else "rollouts (metric calls, counted by the harness)"
+
+
+def _color(system: str, systems: Sequence[str]) -> str:
+    known = {"gepetto": "tab:blue", "gepa": "tab:orange", "gepa+merge": "tab:red"}
+    return known.get(system, f"C{systems.index(system) + 3}")
+
+
 def plot_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, float]]], path: Path,
-                budget_lines: bool = True) -> None:
+                budget_lines: bool = True, legend_outside: bool = False) -> None:
     """One panel per task: best validation score against metric calls, one line per system and seed;
     horizontal reference lines (e.g. optimum, seed, constant baseline) from each panel's dict."""
     import matplotlib
@@ -291,27 +306,29 @@ def plot_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, float
     n = len(panels)
     cols = min(n, 2)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.2 * rows), squeeze=False)
-    colors = {"gepetto": "tab:blue", "gepa": "tab:orange", "gepa+merge": "tab:red"}
+    width = 6.5 * cols + (3.5 if legend_outside else 0)
+    fig, axes = plt.subplots(rows, cols, figsize=(width, 4.2 * rows), squeeze=False)
     styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1))]
     for ax, (title, records, refs) in zip(axes.flat, panels, strict=False):
         systems = list(dict.fromkeys(r.system for r in records))
         for r in records:
             xs = [0] + [u for u, _ in r.curve]
             ys = [r.curve[0][1] if r.curve else 0.0] + [s for _, s in r.curve]
-            color = colors.get(r.system, f"C{systems.index(r.system) + 3}")
-            ax.step(xs, ys, where="post", color=color, linestyle=styles[r.seed % len(styles)], alpha=0.8,
-                    label=f"{r.system} seed {r.seed}")
+            ax.step(xs, ys, where="post", color=_color(r.system, systems), linestyle=styles[r.seed % len(styles)],
+                    alpha=0.8, label=f"{r.system} seed {r.seed}")
         for i, (name, y) in enumerate(refs.items()):
             ax.axhline(y, color="grey", linestyle=[":", "--", "-."][i % 3], linewidth=1)
             ax.annotate(name, (0, y), xytext=(2, 2), textcoords="offset points", fontsize=7, color="grey")
         if budget_lines and records:
             ax.axvline(records[0].budget, color="black", linewidth=0.8, alpha=0.5)
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("rollouts (metric calls, counted by the harness)")
+        ax.set_xlabel(_x_label(False))
         ax.set_ylabel("best validation score")
         ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=6, ncol=2, loc="lower right")
+        if legend_outside:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        else:
+            ax.legend(fontsize=6, ncol=2, loc="lower right")
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.tight_layout()
@@ -320,36 +337,38 @@ def plot_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, float
     plt.close(fig)
 
 
-def plot_mean_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, float]]], path: Path) -> None:
+def plot_mean_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, float]]], path: Path,
+                     seconds: bool | Sequence[bool] = False) -> None:
     """Like `plot_curves`, but one line per system: the mean over seeds of the best validation score at each
-    rollout count, with the range over seeds shaded."""
+    rollout count (or second, per panel), with the range over seeds shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     n = len(panels)
+    by_time = [seconds] * n if isinstance(seconds, bool) else list(seconds)
     cols = min(n, 2)
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.0 * rows), squeeze=False)
-    for ax, (title, records, refs) in zip(axes.flat, panels, strict=False):
+    for ax, (title, records, refs), timed in zip(axes.flat, panels, by_time, strict=False):
         systems = list(dict.fromkeys(r.system for r in records))
-        top = max((u for r in records for u, _ in r.curve), default=1)
-        grid = list(range(0, top + 1, max(1, top // 300)))
-        for i, system in enumerate(systems):
+        top = max((x for r in records for x, _ in _xy(r, timed)), default=1.0)
+        grid = [top * i / 300 for i in range(301)]
+        for system in systems:
             runs = [r for r in records if r.system == system and r.curve]
-            values = [[_step_value(r.curve, x) for x in grid] for r in runs]
+            values = [[_step_value(_xy(r, timed), x) for x in grid] for r in runs]
             mean = [sum(col) / len(col) for col in zip(*values, strict=True)]
             lo = [min(col) for col in zip(*values, strict=True)]
             hi = [max(col) for col in zip(*values, strict=True)]
-            color = {"gepetto": "tab:blue", "gepa": "tab:orange", "gepa+merge": "tab:red"}.get(system, f"C{i + 3}")
+            color = _color(system, systems)
             ax.plot(grid, mean, color=color, label=f"{system} (mean of {len(runs)})")
             ax.fill_between(grid, lo, hi, color=color, alpha=0.12)
         for j, (name, y) in enumerate(refs.items()):
             ax.axhline(y, color="grey", linestyle=[":", "--", "-."][j % 3], linewidth=1)
             ax.annotate(name, (0, y), xytext=(2, 2), textcoords="offset points", fontsize=7, color="grey")
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("rollouts (metric calls, counted by the harness)")
+        ax.set_xlabel(_x_label(timed))
         ax.set_ylabel("best validation score")
         ax.set_ylim(-0.02, 1.02)
         ax.legend(fontsize=7, loc="lower right")
@@ -360,7 +379,7 @@ def plot_mean_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, 
     plt.close(fig)
 
 
-def _step_value(curve: Sequence[tuple[int, float]], x: int) -> float:
+def _step_value(curve: Sequence[tuple[float, float]], x: float) -> float:
     """The best validation score known after `x` metric calls (0 before the seed was scored)."""
     value = 0.0
     for used, score in curve:
@@ -368,6 +387,22 @@ def _step_value(curve: Sequence[tuple[int, float]], x: int) -> float:
             break
         value = score
     return value
+
+
+def checkpoint_rows(records: Sequence[RunRecord], checkpoints: Sequence[float], seconds: bool = False) -> list[str]:
+    """Best validation score known after N metric calls, or after N seconds (mean ± sd over seeds)."""
+    unit = " s" if seconds else ""
+    lines = ["| system | " + " | ".join(f"after {c:g}{unit}" for c in checkpoints) + " |",
+             "|---|" + "---:|" * len(checkpoints)]
+    for system in dict.fromkeys(r.system for r in records):
+        rs = [r for r in records if r.system == system]
+
+        def curve(r: RunRecord) -> list[tuple[float, float]]:
+            return [(t, v) for t, (_, v) in zip(r.curve_s, r.curve, strict=True)] if seconds else list(r.curve)
+
+        cells = [mean_std([_step_value(curve(r), c) for r in rs]) for c in checkpoints]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def paired(records: Sequence[RunRecord], a: str, b: str, key: str = "test_score") -> tuple[int, int, int]:
@@ -378,6 +413,19 @@ def paired(records: Sequence[RunRecord], a: str, b: str, key: str = "test_score"
     wins = sum(left[s] > right[s] + 1e-9 for s in seeds)
     losses = sum(left[s] < right[s] - 1e-9 for s in seeds)
     return wins, losses, len(seeds) - wins - losses
+
+
+def load_json(path: Path) -> list[RunRecord]:
+    """The runs `save_json` wrote (for replotting without rerunning)."""
+    runs = json.loads(path.read_text())["runs"]
+    fields = set(RunRecord.__dataclass_fields__)
+    out = []
+    for d in runs:
+        d = {k: v for k, v in d.items() if k in fields}
+        d["curve"] = [(int(u), float(v)) for u, v in d["curve"]]
+        d["task_tokens"], d["reflection_tokens"] = tuple(d["task_tokens"]), tuple(d["reflection_tokens"])
+        out.append(RunRecord(**d))
+    return out
 
 
 def save_json(records: Sequence[RunRecord], extra: dict[str, Any], path: Path) -> None:

@@ -29,6 +29,7 @@ from benchmarks.compare.measure import (  # noqa: E402
     RUN_HEADER,
     RUN_RULE,
     RunRecord,
+    checkpoint_rows,
     constant_baseline,
     paired,
     plot_curves,
@@ -116,7 +117,9 @@ def sim_track(args: argparse.Namespace, argv: Sequence[str]) -> None:
                   f"{', '.join(map(str, args.seeds))}.", "",
                   "| reference (test) | score |", "|---|---:|"]
         lines += [f"| {k} | {v:.3f} |" for k, v in refs.items()]
-        lines += ["", *summary_rows(records, optimum), ""]
+        marks = sorted({budget // 10, budget // 4, budget // 2, budget})
+        lines += ["", *summary_rows(records, optimum), "", "Best validation score after N rollouts (equal spend):", "",
+                  *checkpoint_rows(records, marks), ""]
         for other in [x for x in args.systems if x != "gepetto"] if "gepetto" in args.systems else []:
             for key, label in (("test_score", "test score"), ("best_val", "best validation score")):
                 win, loss, tie = paired(records, "gepetto", other, key)

@@ -23,6 +23,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from benchmarks.compare import sim_rules
@@ -31,7 +32,10 @@ from benchmarks.compare.measure import (
     RUN_RULE,
     CountingMetric,
     RunRecord,
+    checkpoint_rows,
+    load_json,
     plot_curves,
+    plot_mean_curves,
     proposal_accounting,
     run_row,
     save_json,
@@ -56,6 +60,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--proposals", type=int, default=4, help="proposals per round/iteration in the parallel variants")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--name", default="compare_walltime")
+    ap.add_argument("--replot", action="store_true", help="only redraw the plots from the saved JSON")
 
 
 # system label -> (system, parallel proposals?, worker setting: "default" or "max")
@@ -193,6 +198,9 @@ def one_run(label: str, world: sim_rules.RulesWorld, task: Any, args: argparse.N
 def walltime_track(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from benchmarks.compare.run import RESULTS, header
 
+    if args.replot:
+        walltime_plots(load_json(RESULTS / f"{args.name}.json"), RESULTS, args.name)
+        return
     base = sim_rules.SETTINGS[args.setting]
     world = sim_rules.RulesWorld(dataclasses.replace(base, n_val=args.n_val))
     task = world.task()
@@ -208,11 +216,23 @@ def walltime_track(args: argparse.Namespace, argv: Sequence[str]) -> None:
         f"default adapter over LiteLLM with `max_litellm_workers` 10 (its default) or {args.concurrency}; "
         f"the parallel variants try {args.proposals} proposals at once. Task and reflection calls are counted on "
         "the server (tokens: prompt characters / 4).", "",
-        *summary_rows(records, times=True), "", "<details><summary>Every run</summary>", "",
+        *summary_rows(records, times=True), "", "Best validation score after N seconds (equal wall time):", "",
+        *checkpoint_rows(records, [5, 10, 15, 20, 30], seconds=True), "", "<details><summary>Every run</summary>", "",
         RUN_HEADER, RUN_RULE, *(run_row(r) for r in records), "", "</details>", ""]
-    png = RESULTS / f"{args.name}.png"
-    plot_curves([("wall-time track: best validation score against rollouts", records, {})], png)
-    lines += [f"![best validation score against rollouts]({png.name})", ""]
+    png, mean_png = walltime_plots(records, RESULTS, args.name)
+    lines += ["## Plots", "", "Best validation score against rollouts, one line per system and seed:", "",
+              f"![best validation score against rollouts]({png.name})", "",
+              "Mean over seeds (shaded: range) against rollouts and against wall time:", "",
+              f"![mean best validation score against rollouts and seconds]({mean_png.name})", ""]
     (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     save_json(records, {"track": "walltime", "argv": list(argv)}, RESULTS / f"{args.name}.json")
     print(f"wrote {RESULTS / (args.name + '.md')}")
+
+
+def walltime_plots(records: Sequence[RunRecord], results: Path, name: str) -> tuple[Path, Path]:
+    png, mean_png = results / f"{name}.png", results / f"{name}_mean.png"
+    plot_curves([("wall-time track: best validation score against rollouts", records, {})], png,
+                legend_outside=True)
+    plot_mean_curves([("against rollouts", records, {}), ("against wall time", records, {})], mean_png,
+                     seconds=[False, True])
+    return png, mean_png
