@@ -253,6 +253,26 @@ def test_json_round_trip(tmp_path: Path) -> None:
     assert back.rollouts_to_95 == rec.rollouts_to_95
 
 
+def test_real_lm_proposals_are_classified_with_gepettos_vetting_rules() -> None:
+    from benchmarks.compare.gepa_side import Recorder, classify
+
+    shown = [{"Inputs": "Ticket 1: Please help me with billing. It started yesterday.", "Generated Outputs": "GENERAL",
+              "Feedback": feedback_for("billing", "QX-41")}]
+    cases = {"": "empty", sim_rules.CHAT_REPLY: "chat", "Route tickets.": "unchanged",
+             "Ticket 1: Please help me with billing. It started yesterday.": "echo",
+             f"Route tickets.\n{RULE_A}": "edit"}
+    for text, kind in cases.items():
+        assert classify(text, "Route tickets.", shown) == kind
+    rec = Recorder(CountingMetric(sim_rules.metric))  # gepa's callback events, as gepa 0.1.4 sends them
+    rec.on_proposal_start({"parent_candidate": {"instruction": "Route tickets."},
+                           "reflective_dataset": {"instruction": shown}})
+    rec.on_proposal_end({"new_instructions": {"instruction": sim_rules.CHAT_REPLY}})
+    rec.on_evaluation_end({"candidate_idx": None})
+    rec.on_evaluation_end({"candidate_idx": 0})
+    rec.on_valset_evaluated({"average_score": 0.5})
+    assert rec.kinds == ["chat"] and rec.child_evals == 1 and rec.curve == [(0, 0.5)]
+
+
 # ---- the gepa side (only where gepa is installed) ----------------------------------------------------
 
 def test_gepa_side_end_to_end_on_the_sim_track() -> None:
