@@ -290,7 +290,8 @@ def _x_label(seconds: bool) -> str:
 
 
 def _color(system: str, systems: Sequence[str]) -> str:
-    known = {"gepetto": "tab:blue", "gepa": "tab:orange", "gepa+merge": "tab:red"}
+    known = {"gepetto": "tab:blue", "gepa": "tab:orange", "gepa+merge": "tab:red", "gepetto-1try": "tab:cyan",
+             "gepetto-nomerge": "tab:purple"}
     return known.get(system, f"C{systems.index(system) + 3}")
 
 

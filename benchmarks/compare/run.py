@@ -47,20 +47,27 @@ from gepetto.types import Candidate  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 SYSTEMS = ("gepetto", "gepa", "gepa+merge")
+# gepetto with other settings than its defaults (not run unless named in --systems)
+GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
+    "gepetto-1try": {"reflection_attempts": 1},  # no retry after a rejected reflection answer
+    "gepetto-nomerge": {"use_merge": False},
+}
+ALL_SYSTEMS = (*SYSTEMS, *GEPETTO_VARIANTS)
 
 
 def run_system(system: str, task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed: int,
                test_lm: LM | None = None, gepa_options: dict[str, Any] | None = None,
                gepetto_options: dict[str, Any] | None = None) -> RunRecord:
-    if system == "gepetto":
+    if system == "gepetto" or system in GEPETTO_VARIANTS:
+        options = {**(gepetto_options or {}), **GEPETTO_VARIANTS.get(system, {})}
         return run_gepetto(task, task_lm, reflection_lm, budget=budget, seed=seed, test_lm=test_lm,
-                           **(gepetto_options or {}))
+                           system=system, **options)
     if system in ("gepa", "gepa+merge"):
         from benchmarks.compare.gepa_side import run_gepa
 
         return run_gepa(task, task_lm, reflection_lm, budget=budget, seed=seed, system=system,
                         use_merge=system == "gepa+merge", test_lm=test_lm, **(gepa_options or {}))
-    raise ValueError(f"unknown system {system!r}; systems: {', '.join(SYSTEMS)}")
+    raise ValueError(f"unknown system {system!r}; systems: {', '.join(ALL_SYSTEMS)}")
 
 
 def header(title: str, argv: Sequence[str]) -> list[str]:
@@ -230,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sim = sub.add_parser("sim", help="simulated hidden-rules tasks, scripted LMs")
     sim.add_argument("--settings", nargs="+", default=list(sim_rules.SETTINGS), choices=list(sim_rules.SETTINGS))
     sim.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    sim.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    sim.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=ALL_SYSTEMS)
     sim.add_argument("--budget", type=int, default=None, help="override every setting's budget")
     sim.add_argument("--name", default="compare_sim", help="output file stem under benchmarks/results/")
     real = sub.add_parser("real", help="a built-in gepetto task with real LMs (default: the embedded Qwen models)")
@@ -239,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     real.add_argument("--reflection-lm", default="local:qwen2.5-coder-1.5b")
     real.add_argument("--budget", type=int, default=200)
     real.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    real.add_argument("--systems", nargs="+", default=["gepetto", "gepa"], choices=SYSTEMS)
+    real.add_argument("--systems", nargs="+", default=["gepetto", "gepa"], choices=ALL_SYSTEMS)
     real.add_argument("--data-seed", type=int, default=0, help="the task loader's split seed (same for all runs)")
     real.add_argument("--data-dir", default=None)
     real.add_argument("--n-train", type=int, default=None)
