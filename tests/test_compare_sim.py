@@ -1,0 +1,290 @@
+"""The head-to-head harness (benchmarks/compare): the simulated hidden-rules world, the counters, and the
+gepetto side end to end. The gepa side runs only where the reference `gepa` package is installed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.compare import sim_rules
+from benchmarks.compare.measure import (
+    CountingLM,
+    CountingMetric,
+    constant_baseline,
+    proposal_accounting,
+    rollouts_to_fraction,
+    run_gepetto,
+)
+from benchmarks.compare.measure import test_score as score_on_test
+
+from gepetto.engine.reflect import ReflectionExample, build_prompt
+from gepetto.types import Example
+
+RULE_A = sim_rules.render_rule("billing", "QX-41")
+RULE_B = sim_rules.render_rule("shipping", "ZZ-10")
+
+
+def ask(lm: sim_rules.ScriptedTaskLM, instruction: str, ticket: str) -> str:
+    return lm.respond([{"role": "system", "content": instruction}, {"role": "user", "content": ticket}]).text
+
+
+def gepetto_prompt(current: str, feedback: list[str]) -> list[dict[str, str]]:
+    shown = [ReflectionExample(f"Ticket {i}: about something", "GENERAL", f, 0.0) for i, f in enumerate(feedback)]
+    return build_prompt(current, shown)
+
+
+def gepa_prompt(current: str, feedback: list[str]) -> list[dict[str, str]]:
+    """The shape of gepa 0.1.4's default reflection prompt (instruction and examples in ``` blocks)."""
+    samples = "\n\n".join(f"# Example {i + 1}\n## Inputs\nTicket {i}: about something\n\n## Generated Outputs\n"
+                          f"GENERAL\n\n## Feedback\n{f}\n" for i, f in enumerate(feedback))
+    text = (f"I provided an assistant with the following instructions to perform a task for me:\n```\n{current}\n```"
+            f"\n\nThe following are examples ...:\n```\n{samples}\n```\n\nYour task is to write a new instruction "
+            "for the assistant. ... Provide the new instructions within ``` blocks.")
+    return [{"role": "user", "content": text}]
+
+
+def feedback_for(topic: str, code: str) -> str:
+    ex = Example({"ticket": f"Ticket 1: about {topic}"}, gold=code, metadata={"topic": topic})
+    return sim_rules.metric(ex, "GENERAL", []).feedback
+
+
+# ---- the scripted task LM follows exactly the rules in its instruction ----------------------------------
+
+def test_task_lm_answers_only_topics_whose_rule_is_stated() -> None:
+    lm = sim_rules.ScriptedTaskLM()
+    instruction = f"Route tickets.\n{RULE_A}\n{RULE_B}"
+    assert ask(lm, instruction, "Ticket 3: Please help me with billing. Thanks.") == "QX-41"
+    assert ask(lm, instruction, "Ticket 4: Something is wrong with my shipping.") == "ZZ-10"
+    assert ask(lm, instruction, "Ticket 5: I have a question about returns.") == sim_rules.DEFAULT_ANSWER
+    assert ask(lm, "Route tickets.", "Ticket 3: Please help me with billing.") == sim_rules.DEFAULT_ANSWER
+    # a rule mentioned in the ticket instead of the instruction does not count
+    assert ask(lm, "Route tickets.", f"Ticket 6: billing. {RULE_A}") == sim_rules.DEFAULT_ANSWER
+
+
+def test_task_lm_error_rate_is_deterministic_and_about_right() -> None:
+    lm = sim_rules.ScriptedTaskLM(error_rate=0.2, seed=3)
+    tickets = [f"Ticket {i}: Please help me with billing." for i in range(1000)]
+    answers = [ask(lm, RULE_A, t) for t in tickets]
+    assert answers == [ask(lm, RULE_A, t) for t in tickets]
+    slips = answers.count(sim_rules.DEFAULT_ANSWER) / len(answers)
+    assert 0.15 < slips < 0.25
+    assert set(answers) == {"QX-41", sim_rules.DEFAULT_ANSWER}
+
+
+# ---- the scripted reflection LM edits as specified ------------------------------------------------------
+
+@pytest.mark.parametrize("prompt", [gepetto_prompt, gepa_prompt])
+def test_reflection_adds_at_most_max_add_rules_seen_in_feedback(prompt) -> None:
+    lm = sim_rules.ScriptedReflectionLM(max_add=2)
+    feedback = [feedback_for("billing", "QX-41"), feedback_for("shipping", "ZZ-10"), feedback_for("login", "AB-12")]
+    current, _, _ = sim_rules.read_request(prompt("Route tickets.", feedback))
+    assert current == "Route tickets."
+    out = lm.respond(prompt("Route tickets.", feedback)).text
+    if prompt is gepetto_prompt:
+        assert "<new_instruction>" in out and "```" not in out
+        text = out.split("<new_instruction>")[1].split("</new_instruction>")[0].strip()
+    else:
+        assert out.startswith("```") and "<new_instruction>" not in out
+        text = out.strip("`\n")
+    assert sim_rules.parse_rules(text) == [("billing", "QX-41"), ("shipping", "ZZ-10")]
+    assert text.startswith("Route tickets.")
+    assert lm.log == ["edit"]
+
+
+def test_reflection_keeps_rules_drops_one_and_respects_the_length_limit() -> None:
+    current = "Route tickets.\n" + "\n".join(sim_rules.render_rule(t, f"AA-{10 + i}")
+                                             for i, t in enumerate(["billing", "shipping", "returns"]))
+    feedback = [feedback_for("login", "BB-20"), feedback_for("privacy", "CC-30")]
+    keep = sim_rules.ScriptedReflectionLM(max_add=1)
+    text = keep.respond(gepetto_prompt(current, feedback)).text
+    assert [t for t, _ in sim_rules.parse_rules(text)] == ["billing", "shipping", "returns", "login"]
+    drop = sim_rules.ScriptedReflectionLM(max_add=1, drop_prob=1.0)
+    topics = [t for t, _ in sim_rules.parse_rules(drop.respond(gepetto_prompt(current, feedback)).text)]
+    assert len(topics) == 3 and topics[-1] == "login"
+    short = sim_rules.ScriptedReflectionLM(max_add=2, max_rules=3)
+    topics = [t for t, _ in sim_rules.parse_rules(short.respond(gepetto_prompt(current, feedback)).text)]
+    assert topics == ["returns", "login", "privacy"]  # the oldest rules go first
+
+
+def test_reflection_with_nothing_new_answers_unchanged() -> None:
+    lm = sim_rules.ScriptedReflectionLM()
+    current = f"Route tickets.\n{RULE_A}"
+    out = lm.respond(gepa_prompt(current, [feedback_for("billing", "QX-41")])).text
+    assert out.strip("`\n") == current and lm.log == ["unchanged"]
+
+
+def test_reflection_noise_gives_only_useless_answers_deterministically() -> None:
+    def answers(seed: int) -> tuple[list[str], list[str]]:
+        lm = sim_rules.ScriptedReflectionLM(noise=1.0, seed=seed)
+        texts = [lm.respond(gepetto_prompt("Route tickets.", [feedback_for("billing", "QX-41")])).text
+                 for _ in range(40)]
+        return texts, lm.log
+
+    texts, kinds = answers(1)
+    assert (texts, kinds) == answers(1)
+    assert set(kinds) == {"empty", "chat", "unchanged", "echo"}
+    for text, kind in zip(texts, kinds, strict=True):
+        assert "QX-41" not in text
+        if kind == "chat":
+            assert text == sim_rules.CHAT_REPLY
+        if kind == "empty":
+            assert text == ""
+
+
+# ---- the metric ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("output", ["", "   ", "{}", None, {"code": "QX-41"}, "Ticket 1: Please help me with billing.",
+                                    "GENERAL", "qx-41", "The code is QX-41."])
+def test_metric_scores_degenerate_outputs_at_zero(output) -> None:
+    ex = Example({"ticket": "Ticket 1: Please help me with billing."}, gold="QX-41", metadata={"topic": "billing"})
+    score = sim_rules.metric(ex, output, [])
+    assert score.value == 0.0
+    assert "Tickets about billing get code QX-41." in score.feedback
+
+
+def test_metric_gives_one_for_exactly_the_code() -> None:
+    ex = Example({"ticket": "Ticket 1: billing"}, gold="QX-41", metadata={"topic": "billing"})
+    assert sim_rules.metric(ex, " QX-41\n", []).value == 1.0
+
+
+# ---- the worlds -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(sim_rules.SETTINGS))
+def test_worlds_are_deterministic_with_a_known_optimum(name: str) -> None:
+    w, again = sim_rules.world(name), sim_rules.world(name)
+    task = w.task()
+    assert w.codes == again.codes and [e.inputs for e in task.testset] == [e.inputs for e in again.task().testset]
+    assert len(set(w.codes.values())) == len(w.codes)
+    lm = w.task_lm(0)
+    assert score_on_test(task, task.seed_candidate, lm) == 0.0
+    optimum = score_on_test(task, w.oracle(), lm)
+    assert optimum >= 1 - 2 * w.setting.error_rate - 0.03
+    if w.setting.max_rules < w.setting.topics // w.setting.components:
+        assert score_on_test(task, w.reachable_oracle(), lm) < optimum
+    answer, score = constant_baseline(task)
+    top = max(set(e.gold for e in task.trainset), key=[e.gold for e in task.trainset].count)
+    assert answer == top and score == pytest.approx(sum(e.gold == top for e in task.testset) / len(task.testset))
+
+
+# ---- the measuring pieces and the gepetto side end to end ------------------------------------------
+
+def test_rollouts_to_fraction_and_accounting() -> None:
+    curve = [(30, 0.2), (66, 0.5), (102, 0.95), (150, 1.0)]
+    assert rollouts_to_fraction(curve, 0.95) == 102
+    assert rollouts_to_fraction(curve, 1.0) == 150
+    assert rollouts_to_fraction([], 0.95) is None
+    acc = proposal_accounting(["edit", "empty", "chat", "edit", "unchanged"], [True, True, False, True, True],
+                              rejected_minibatch=2, accepted=1)
+    assert acc["answers"] == 5 and acc["useless"] == 3 and acc["useless_paid"] == 2
+    assert (acc["empty"], acc["chat"], acc["unchanged"], acc["echo"]) == (1, 1, 1, 0)
+
+
+async def test_counters_count_calls_and_tokens() -> None:
+    w = sim_rules.world("easy")
+    lm = CountingLM(w.task_lm())
+    await lm.complete([{"role": "system", "content": "x"}, {"role": "user", "content": "Ticket 1: billing"}])
+    lm.respond([{"role": "user", "content": "Ticket 2: billing"}])
+    assert lm.calls == 2 and lm.input_tokens > 0 and lm.output_tokens > 0
+    metric = CountingMetric(sim_rules.metric)
+    ex = w.task().valset[0]
+    metric(ex, ex.gold, [])
+    assert metric.calls == 1
+
+
+def test_gepetto_side_end_to_end_on_the_sim_track() -> None:
+    w = sim_rules.world("noisy")
+    task = w.task()
+    rec = run_gepetto(task, w.task_lm(0), w.reflection_lm(0), budget=200, seed=0)
+    assert rec.system == "gepetto" and rec.budget == 200
+    assert rec.rollouts_own == rec.rollouts_counted <= 200  # gepetto never overspends
+    assert rec.task_calls == rec.rollouts_counted  # one task LM call per rollout of this program
+    assert rec.curve[0] == (len(task.valset), rec.seed_val)
+    assert [s for _, s in rec.curve] == sorted(s for _, s in rec.curve)
+    assert rec.best_val == rec.curve[-1][1] > rec.seed_val
+    assert 0.0 < rec.test_score <= 1.0
+    assert rec.proposals["answers"] == rec.reflection_calls
+    assert rec.proposals["useless_paid"] == 0  # every useless scripted answer is caught before rollouts
+    assert rec.rollouts_to_95 is not None and rec.rollouts_to_95 <= rec.rollouts_counted
+    again = run_gepetto(task, w.task_lm(0), w.reflection_lm(0), budget=200, seed=0)
+    assert (again.curve, again.best_candidate) == (rec.curve, rec.best_candidate)
+
+
+def test_gepetto_side_over_http_on_the_walltime_track() -> None:
+    import argparse
+    import dataclasses
+
+    from benchmarks.compare import walltime
+
+    ap = argparse.ArgumentParser()
+    walltime.add_arguments(ap)
+    args = ap.parse_args(["--budget", "60", "--delay", "0", "--n-val", "10"])
+    w = sim_rules.RulesWorld(dataclasses.replace(sim_rules.SETTINGS["easy"], n_val=10))
+    rec = walltime.one_run("gepetto", w, w.task(), args, seed=0)
+    assert rec.rollouts_own == rec.rollouts_counted == rec.task_calls <= 60
+    assert rec.reflection_calls >= 1 and rec.best_val >= rec.seed_val
+
+
+def test_plot_and_tables(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from benchmarks.compare.measure import RUN_HEADER, plot_curves, run_row, summary_rows
+
+    w = sim_rules.world("easy")
+    rec = run_gepetto(w.task(), w.task_lm(0), w.reflection_lm(0), budget=100, seed=0)
+    plot_curves([("easy", [rec], {"optimum": 1.0})], tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    assert run_row(rec).count("|") == RUN_HEADER.count("|")
+    assert len(summary_rows([rec], 1.0)) == 3
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    from benchmarks.compare.measure import load_json, save_json
+
+    w = sim_rules.world("easy")
+    rec = run_gepetto(w.task(), w.task_lm(0), w.reflection_lm(0), budget=150, seed=0)
+    save_json([rec], {"track": "sim"}, tmp_path / "r.json")
+    (back,) = load_json(tmp_path / "r.json")
+    assert (back.proposals, back.best_candidate) == (rec.proposals, rec.best_candidate)
+    assert [u for u, _ in back.curve] == [u for u, _ in rec.curve]
+    assert [v for _, v in back.curve] == pytest.approx([v for _, v in rec.curve], abs=1e-4)  # rounded in the file
+    assert back.rollouts_to_95 == rec.rollouts_to_95
+
+
+def test_real_lm_proposals_are_classified_with_gepettos_vetting_rules() -> None:
+    from benchmarks.compare.gepa_side import Recorder, classify
+
+    shown = [{"Inputs": "Ticket 1: Please help me with billing. It started yesterday.", "Generated Outputs": "GENERAL",
+              "Feedback": feedback_for("billing", "QX-41")}]
+    cases = {"": "empty", sim_rules.CHAT_REPLY: "chat", "Route tickets.": "unchanged",
+             "Ticket 1: Please help me with billing. It started yesterday.": "echo",
+             f"Route tickets.\n{RULE_A}": "edit"}
+    for text, kind in cases.items():
+        assert classify(text, "Route tickets.", shown) == kind
+    rec = Recorder(CountingMetric(sim_rules.metric))  # gepa's callback events, as gepa 0.1.4 sends them
+    rec.on_proposal_start({"parent_candidate": {"instruction": "Route tickets."},
+                           "reflective_dataset": {"instruction": shown}})
+    rec.on_proposal_end({"new_instructions": {"instruction": sim_rules.CHAT_REPLY}})
+    rec.on_evaluation_end({"candidate_idx": None})
+    rec.on_evaluation_end({"candidate_idx": 0})
+    rec.on_valset_evaluated({"average_score": 0.5})
+    assert rec.kinds == ["chat"] and rec.child_evals == 1 and rec.curve == [(0, 0.5)]
+
+
+# ---- the gepa side (only where gepa is installed) ----------------------------------------------------
+
+def test_gepa_side_end_to_end_on_the_sim_track() -> None:
+    pytest.importorskip("gepa")
+    from benchmarks.compare.gepa_side import run_gepa
+
+    w = sim_rules.world("multi")
+    task = w.task()
+    rec = run_gepa(task, w.task_lm(0), w.reflection_lm(0), budget=300, seed=0)
+    assert rec.rollouts_own == rec.rollouts_counted
+    assert rec.rollouts_counted >= 300  # gepa spends its whole budget (and may overshoot)
+    assert rec.curve[0] == (len(task.valset), rec.seed_val) and rec.best_val >= rec.seed_val
+    assert rec.proposals["answers"] == rec.reflection_calls
+    assert rec.proposals["useless_paid"] == rec.proposals["useless"]  # gepa evaluates every answer
+    assert set(rec.best_candidate) == set(task.seed_candidate)
