@@ -81,3 +81,12 @@ def test_snips_f1_partial_credit_and_patterns():
     assert 0.8 < extra.value < 1.0 and extra.pattern == "invented cuisine"
     assert task.metric(ex, '{"table": "4"}', []).value == 0.0  # not a slot name
     assert task.metric(ex, '{"party_size_number": 4, "city": ["Boston"], "restaurant_type": "pub"}', []).value == 1.0
+
+
+def test_snips_says_when_the_reply_was_cut_off():
+    from gepetto.program import TraceEntry
+
+    task = load_task("snips-restaurant")
+    ex = task.valset[0]
+    cut = task.metric(ex, '{\n  "city": "Paris",\n  "country": "Fr', [TraceEntry("instruction", "x", "y", "length")])
+    assert cut.value == 0.0 and cut.pattern == "reply too long, JSON cut off"

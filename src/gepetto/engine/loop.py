@@ -152,7 +152,8 @@ class Engine:
         self.reflection_lm = MeteredLM(reflection_lm, self.state.ledger, "reflection")
         self.on_event = on_event or (lambda kind, data: None)
         self.rollout_store = rollout_store
-        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size)
+        child_test = cfg.minibatch_size + cfg.gate_solved if cfg.proposer == "edit" else cfg.minibatch_size
+        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size, child_test)
         self._stop_reason: str | None = None
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None

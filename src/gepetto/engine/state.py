@@ -44,24 +44,27 @@ class BudgetPlan:
 
     budget: int
     seed_validation: int
-    minibatch: int
+    minibatch: int  # new parent rollouts per proposal (free when already known)
     validation: int
     proposals_min: int  # if every proposal were accepted and validated
     proposals_max: int  # if every proposal were rejected on the minibatch and parent scores were known
+    child_test: int = 0  # rollouts of the child before validation (default: the minibatch)
 
     def describe(self) -> str:
+        child = self.child_test or self.minibatch
         return (
             f"budget {self.budget} rollouts: seed validation {self.seed_validation}; each proposal costs "
-            f"up to {self.minibatch} (parent minibatch, free when scores are known) + {self.minibatch} (child "
-            f"minibatch) + {self.validation} (validation, only if accepted); this buys about "
+            f"up to {self.minibatch} (parent minibatch, free when scores are known) + {child} (child "
+            f"test) + {self.validation} (validation, only if accepted); this buys about "
             f"{self.proposals_min}-{self.proposals_max} proposals"
         )
 
 
-def plan_budget(budget: int, n_val: int, minibatch: int) -> BudgetPlan:
+def plan_budget(budget: int, n_val: int, minibatch: int, child_test: int | None = None) -> BudgetPlan:
+    child = child_test or minibatch
     left = max(budget - n_val, 0)
     return BudgetPlan(
-        budget, n_val, minibatch, n_val, left // (2 * minibatch + n_val), left // max(minibatch, 1)
+        budget, n_val, minibatch, n_val, left // (minibatch + child + n_val), left // max(child, 1), child
     )
 
 

@@ -121,6 +121,10 @@ def make_metric(intent: str) -> Any:
         want = json.dumps(example.gold, ensure_ascii=False)
         data = parse_json_object(output)
         if data is None:
+            if trace and trace[-1].finish_reason == "length":
+                return Score(0.0, "The reply was cut off before the JSON object was closed: it was too long (it "
+                                  f"listed slots that are not in the message). The right answer is short: {want}.",
+                             pattern="reply too long, JSON cut off")
             return Score(0.0, f"The reply is not a JSON object. Reply with only a JSON object; here: {want}.",
                          pattern="not a JSON object")
         pred = _pairs(data)
