@@ -3,6 +3,7 @@
 import asyncio
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +12,7 @@ import gepetto
 from gepetto import sim
 from gepetto.engine.merge import find_merge, merge_texts
 from gepetto.lm.base import Completion, ScriptedLM, Usage
+from gepetto.program import MetricError
 from gepetto.types import Candidate, Example, Score
 
 
@@ -278,3 +280,56 @@ def test_evaluate_scores_a_candidate_on_held_out_examples():
     ev = gepetto.evaluate(good, task.testset, task.metric, program=task.program, task_lm=sim.SimTaskLM())
     assert ev.mean == 0.5 and len(ev.rollouts) == 8
     assert ev.scores == {f"test-{i}": 1.0 if i % 4 in (0, 1) else 0.0 for i in range(8)}
+
+
+@pytest.mark.parametrize("value", [np.float32(0.5), np.float64(0.5), np.bool_(True), np.int64(1), np.int8(0),
+                                   np.float16(1.0)])
+def test_numpy_scalars_are_scores(value):
+    expected = float(value)
+    assert Score.coerce(value).value == expected and type(Score.coerce(value).value) is float
+    assert Score(value, "fine").value == expected and type(Score(value).value) is float
+    assert Score(0.5, "x", {"f1": np.float32(0.25)}).objectives == {"f1": 0.25}
+
+
+def test_a_metric_returning_numpy_scalars_optimises():
+    task = sim.task()
+
+    def np_score(example, output, trace):  # a Score whose value is a numpy scalar
+        s = task.metric(example, output, trace)
+        return Score(np.float32(s.value), s.feedback)
+
+    result = run(task=gepetto.Task("np", task.program, np_score, task.seed_candidate, task.trainset, task.valset),
+                 budget=200)
+    assert result.best_score == 1.0
+    bare = [np.bool_, np.int64, np.float32]  # bare numpy numbers: the seed's true score, not 0 with a TypeError
+
+    def np_number(example, output, trace):
+        return bare[int(example.id.split("-")[1]) % 3](task.metric(example, output, trace).value)
+
+    seed = Candidate(instruction="Apply rule-0.")
+    result = run(task=gepetto.Task("np", task.program, np_number, seed, task.trainset, task.valset), budget=12)
+    assert result.seed_score == 0.25
+
+
+@pytest.mark.parametrize(("bad", "named"), [("good", "str: 'good'"), (None, "NoneType"), (float("nan"), "nan"),
+                                            (1.5, "1.5"), (np.float32(-2.0), "-2.0")])
+def test_a_metric_returning_unusable_values_stops_at_once(bad, named):
+    task = sim.task()
+    reflection = sim.SimReflectionLM()
+    with pytest.raises(MetricError, match="metric") as info:
+        run(task=gepetto.Task("bad", task.program, lambda e, o, t: bad, task.seed_candidate, task.trainset,
+                              task.valset), reflection=reflection, budget=200)
+    assert named in str(info.value)
+    assert reflection.calls == 0  # nothing was spent beyond the seed validation
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_metric_that_raises_everywhere_stops_with_its_error():
+    task = sim.task()
+
+    def broken(example, output, trace):
+        return example.gold["answer"] == output  # gold is a str: TypeError on every example
+
+    with pytest.raises(MetricError, match=r"all 12 validation examples.*TypeError"):
+        run(task=gepetto.Task("bad", task.program, broken, task.seed_candidate, task.trainset, task.valset),
+            budget=200)

@@ -95,6 +95,10 @@ def check_answer(component: str, text: str, params: Mapping[str, Any]) -> None:
                           f"char {exc.pos}): {text[:120]!r}") from None
 
 
+class MetricError(ValueError):
+    """The metric is unusable: it failed the same way on every validation example of the seed."""
+
+
 @dataclass
 class Rollout:
     """One program run on one example, judged by the metric."""
@@ -104,6 +108,20 @@ class Rollout:
     output: Any = None
     trace: list[TraceEntry] = field(default_factory=list)
     error: str | None = None
+    stage: str | None = None  # where `error` happened: "program" or "metric"
+
+
+def check_metric(runs: Sequence[Rollout]) -> None:
+    """Raise MetricError when every rollout failed in the metric with the same kind of error (a broken metric
+    would otherwise score 0 everywhere and burn the whole budget)."""
+    failed = [r for r in runs if r.stage == "metric"]
+    kinds = {(r.error or "").split(":", 1)[0] for r in failed}
+    if runs and len(failed) == len(runs) and len(kinds) == 1:
+        first = failed[0]
+        raise MetricError(
+            f"the metric failed on all {len(runs)} validation examples of the seed with {kinds.pop()}, e.g. on "
+            f"{first.example_id!r}: {first.error}. A metric must return a gepetto.Score or a number in [0, 1] "
+            f"(float, int, bool or a numpy scalar); fix it and run again")
 
 
 async def run_rollout(
@@ -135,7 +153,7 @@ async def run_rollout(
     except Exception as exc:  # a failed rollout, not a failed run
         msg = f"{type(exc).__name__}: {exc}"
         feedback = f"The {stage} raised an error on this example, so it scored 0. Error: {msg}"
-        return Rollout(example.id, Score(0.0, feedback), None, ctx.trace, error=msg)
+        return Rollout(example.id, Score(0.0, feedback), None, ctx.trace, error=msg, stage=stage)
 
 
 def _is_async(fn: Any) -> bool:

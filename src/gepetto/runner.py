@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gepetto.api import build_engine, run_engine
 from gepetto.engine.loop import EventHandler, Result
 from gepetto.ledger import Ledger
+from gepetto.program import MetricError
 from gepetto.store.sqlite import RunStore, StoredRollouts
 
 DEFAULT_STORAGE = "gepetto.sqlite"
@@ -205,6 +206,12 @@ def start_or_resume(
     )
     try:
         result = run_engine(engine)
+    except MetricError:
+        # the seed's rollouts hold no scores, only the broken metric's errors: a resume with a fixed metric
+        # scores them again (the task LM's answers come back from the response cache)
+        store.delete_rollouts(name, task.seed_candidate.id)
+        store.finish_run(name, "failed", None)
+        raise
     except BaseException:
         store.finish_run(name, "failed", None)
         raise

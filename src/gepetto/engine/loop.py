@@ -20,7 +20,7 @@ from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, r
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, MeteredLM
-from gepetto.program import Metric, Program, Rollout, run_rollout
+from gepetto.program import Metric, Program, Rollout, check_metric, run_rollout
 from gepetto.types import Candidate, Example
 
 EventHandler = Callable[[str, dict[str, Any]], None]
@@ -384,6 +384,8 @@ class Engine:
         """Scores on the whole validation set (its cost was set aside when the step was planned)."""
         self.on_event("phase", {"phase": "validation", "origin": origin})
         runs = await self._evaluate(candidate, self.valset)
+        if origin == "seed":
+            check_metric(runs)  # a metric that cannot score anything stops the run before it burns the budget
         return {r.example_id: r.score.value for r in runs}
 
     def _commit(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,

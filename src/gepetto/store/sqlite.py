@@ -247,6 +247,11 @@ class RunStore:
                                       [TraceEntry(**t) for t in json.loads(trace)], error)
         return out
 
+    def delete_rollouts(self, run: str, candidate_id: str) -> None:
+        """Forget one candidate's rollouts (after a MetricError: they hold no scores, only the broken metric's)."""
+        with self._tx() as db:
+            db.execute("DELETE FROM evaluations WHERE run=? AND candidate_id=?", (run, candidate_id))
+
     def count_rollouts(self, run: str) -> int:
         return self._db.execute("SELECT COUNT(*) FROM evaluations WHERE run=?", (run,)).fetchone()[0]
 
