@@ -333,3 +333,16 @@ def test_a_metric_that_raises_everywhere_stops_with_its_error():
     with pytest.raises(MetricError, match=r"all 12 validation examples.*TypeError"):
         run(task=gepetto.Task("bad", task.program, broken, task.seed_candidate, task.trainset, task.valset),
             budget=200)
+
+
+def test_one_id_for_different_examples_across_splits_is_refused():
+    task = sim.task()
+    train = [Example({"q": f"question {i} kind {i % 4}"}, gold=f"answer-{i}", id=str(i)) for i in range(6)]
+    val = [Example({"q": f"question {i} kind {i % 4}"}, gold=f"answer-{i}", id=str(i)) for i in range(6, 12)]
+    val[2] = Example(val[2].inputs, val[2].gold, id="0")  # "0" is train's first example, a different one
+    with pytest.raises(ValueError, match=r"example id '0' names different examples in trainset and valset"):
+        run(task=gepetto.Task("ids", task.program, task.metric, task.seed_candidate, train, val), budget=50)
+    # the same example in both splits (the "valset defaults to trainset" case) is fine
+    result = run(task=gepetto.Task("ids", task.program, task.metric, task.seed_candidate, train, train[:4]),
+                 budget=30)
+    assert result.rollouts_used <= 30

@@ -470,6 +470,13 @@ def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Examp
         ids = [e.id for e in data]
         if len(set(ids)) != len(ids):
             raise ValueError(f"{name} has duplicate example ids; every example needs a distinct id")
+    # rollouts are keyed by (candidate, example id) across splits: one id must name one example everywhere
+    in_train = {e.id: e for e in train}
+    for e in val:
+        other = in_train.get(e.id)
+        if other is not None and (dict(other.inputs), other.gold) != (dict(e.inputs), e.gold):
+            raise ValueError(f"example id {e.id!r} names different examples in trainset and valset; an id must name "
+                             f"one example in every split (e.g. prefix ids with the split name: 'train-0', 'val-0')")
     if cfg.components:
         missing = [c for c in cfg.components if c not in seed]
         if missing:
