@@ -346,3 +346,122 @@ def test_one_id_for_different_examples_across_splits_is_refused():
     result = run(task=gepetto.Task("ids", task.program, task.metric, task.seed_candidate, train, train[:4]),
                  budget=30)
     assert result.rollouts_used <= 30
+
+
+PERFECT = ("<new_instruction>Answer the question. Apply rule-0. Apply rule-1. Apply rule-2. Apply rule-3."
+           "</new_instruction>")
+
+
+def _iteration(params):
+    return params["seed"] // 10  # the reflection seed is seed * 100_003 + iteration * 10 + attempt (run seed 0)
+
+
+def _texts(answer):
+    return answer.split(">", 1)[1].split("<", 1)[0]
+
+
+def test_a_stop_during_a_round_keeps_the_children_already_validated():
+    # two proposals per round: child 1 is perfect and fully validated while proposal 2 still waits for its
+    # reflection answer; then Ctrl-C. The validated child must not be thrown away.
+    task = sim.task()
+    perfect = task.seed_candidate.replace("instruction", _texts(PERFECT))
+
+    async def reflect(messages, params):
+        if _iteration(params) == 1:
+            return PERFECT
+        while sum(c == perfect.id and e.startswith("val") for c, e in engine.state.rollouts) < len(task.valset):
+            await asyncio.sleep(0.001)
+        engine.request_stop("interrupted (Ctrl-C)")
+        await asyncio.Event().wait()  # never answers: the stop cancels it
+
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=sim.SimTaskLM(latency=0.001),
+                                  reflection_lm=ScriptedLM(reflect), budget=200, proposals_per_round=2,
+                                  use_merge=False)
+    result = gepetto.run_engine(engine)
+    assert result.stop_reason == "interrupted (Ctrl-C)"
+    assert result.best_candidate == perfect and result.best_score == 1.0
+    assert [c.iteration for c in result.candidates] == [0, 1]
+    assert result.partial_candidates == []
+
+
+def test_a_stop_commits_a_later_validated_child_and_keeps_an_earlier_one_as_partial():
+    # child 1 claims its text first, then its validation stalls; child 2 is validated; then Ctrl-C
+    task = sim.task()
+    careful = PERFECT.replace("</new", " Be careful.</new")
+    second = task.seed_candidate.replace("instruction", _texts(PERFECT))
+    calls = []
+
+    class StallingTaskLM(sim.SimTaskLM):
+        async def complete(self, messages, **params):
+            if "Be careful" in messages[0]["content"]:
+                calls.append(1)
+                if len(calls) > 3 + 5:  # its minibatch and 5 validation examples, then it stalls
+                    while sum(c == second.id and e.startswith("val") for c, e in engine.state.rollouts) < 12:
+                        await asyncio.sleep(0.001)
+                    engine.request_stop("interrupted (Ctrl-C)")
+                    await asyncio.Event().wait()
+            return await super().complete(messages, **params)
+
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=StallingTaskLM(latency=0.001),
+                                  reflection_lm=ScriptedLM(lambda m, p: careful if _iteration(p) == 1 else PERFECT),
+                                  budget=200, proposals_per_round=2, use_merge=False, max_concurrency=32)
+    result = gepetto.run_engine(engine)
+    assert [c.iteration for c in result.candidates] == [0, 2] and result.best_candidate == second
+    [partial] = result.partial_candidates
+    assert partial.iteration == 1 and "Be careful" in partial.candidate["instruction"]
+    assert 5 <= len(partial.val_scores) < 12
+
+
+def test_an_interrupted_validation_keeps_its_paid_rollouts_as_a_partial_candidate():
+    task = sim.task()
+
+    def stop_midway(kind, data):
+        if kind == "rollout" and data["candidate"] != task.seed_candidate.id:
+            child_val = [e for c, e in engine.state.rollouts if c == data["candidate"] and e.startswith("val")]
+            if len(child_val) == 5:
+                engine.request_stop("interrupted (Ctrl-C)")
+
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=sim.SimTaskLM(latency=0.001),
+                                  reflection_lm=ScriptedLM(lambda m, p: PERFECT), budget=200, on_event=stop_midway)
+    result = gepetto.run_engine(engine)
+    assert result.stop_reason == "interrupted (Ctrl-C)"
+    assert len(result.candidates) == 1 and result.best_candidate == task.seed_candidate  # never best on 5 scores
+    [partial] = result.partial_candidates
+    assert partial.candidate["instruction"].endswith("Apply rule-3.") and partial.parents == (0,)
+    assert len(partial.val_scores) >= 5 and set(partial.val_scores.values()) == {1.0}
+    assert len(partial.val_scores) < len(task.valset)
+    assert partial.origin == "reflection" and partial.component == "instruction"
+    paid = {k for k in engine.state.rollouts}
+    assert result.rollouts_used == len(paid)  # the interrupted validation's rollouts are counted and kept
+    assert result.to_dict()["partial_candidates"][0]["val_scores"] == partial.val_scores
+
+
+def test_a_stop_during_seed_validation_keeps_the_seed_as_partial():
+    task = sim.task()
+
+    def stop_midway(kind, data):
+        if kind == "rollout" and data["used"] == 4:
+            engine.request_stop("interrupted (Ctrl-C)")
+
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=sim.SimTaskLM(latency=0.001),
+                                  reflection_lm=sim.SimReflectionLM(), budget=200, on_event=stop_midway)
+    result = gepetto.run_engine(engine)
+    assert result.candidates == [] and result.rollouts_used >= 4
+    assert [p.origin for p in result.partial_candidates] == ["seed"]
+    assert len(result.partial_candidates[0].val_scores) == result.rollouts_used
+
+
+def test_proposals_of_a_round_claim_their_texts_in_plan_order():
+    # both proposals of the round write the same text; the second one's answer arrives first
+    async def reflect(messages, params):
+        if _iteration(params) == 1:
+            await asyncio.sleep(0.05)
+        return PERFECT
+
+    result = run(reflection=ScriptedLM(reflect), budget=200, proposals_per_round=2, use_merge=False)
+    assert [c.iteration for c in result.candidates] == [0, 1]  # the first planned proposal owns the text
+    assert result.proposals["rejected: already tried"] == 1

@@ -77,6 +77,9 @@ class Result:
     proposals: dict[str, int]
     history: list[tuple[int, float]]
     wall_seconds: float
+    # candidates whose validation a stop interrupted: scores on the examples paid so far (index -1). They are
+    # not in the pool and never chosen as best on partial scores; a resumed run replays their rollouts for free
+    partial_candidates: list[CandidateRecord] = field(default_factory=list)
 
     @property
     def best_index(self) -> int:
@@ -99,6 +102,7 @@ class Result:
             "pareto_front": self.pareto_front, "rollouts_used": self.rollouts_used, "budget": self.budget,
             "ledger": self.ledger.to_dict(), "stop_reason": self.stop_reason, "iterations": self.iterations,
             "proposals": self.proposals, "history": self.history, "wall_seconds": self.wall_seconds,
+            "partial_candidates": [c.to_dict() for c in self.partial_candidates],
         }
 
 
@@ -115,6 +119,15 @@ class _Plan:
     component: str
     batch: list[Example]
     cost: int
+
+
+@dataclass
+class _Turn:
+    """Proposals of a round claim their texts in plan order: each waits until the one before has claimed a text
+    or given up, so which proposal owns a text never depends on which reflection answer arrived first."""
+
+    before: asyncio.Event | None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Engine:
@@ -150,6 +163,7 @@ class Engine:
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None
         self._tried: set[str] = set()  # ids of every child ever proposed (never pay twice for one text)
+        self._validating: dict[str, CandidateRecord] = {}  # validations begun and not yet committed
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
         self._since_improvement = 0
@@ -226,7 +240,9 @@ class Engine:
         """Plan up to `proposals_per_round` proposals, try them concurrently, add the accepted ones in order.
 
         The budget for every planned proposal's worst case is set aside before any of them starts, so a
-        round never overspends; results are committed in plan order, so timing never changes the outcome.
+        round never overspends. Texts are claimed and children committed in plan order, so timing never changes
+        the outcome. A stop still commits the children already validated (in plan order); proposals in flight
+        are given up, their paid rollouts kept (an interrupted validation shows in `Result.partial_candidates`).
         """
         cfg, st = self.config, self.state
         plans: list[_Plan] = []
@@ -239,15 +255,32 @@ class Engine:
                 break
             reserved += plan.cost
             plans.append(plan)
-        outcomes = await asyncio.gather(*(self._try_proposal(p) for p in plans))
-        for plan, outcome in zip(plans, outcomes, strict=True):
-            if outcome is not None:
-                child, scores = outcome
-                self._commit(child, (plan.parent_idx,), "reflection", plan.component, scores, plan.iteration)
-                if cfg.use_merge:
-                    st.merges_due += 1
 
-    async def _try_proposal(self, plan: _Plan) -> tuple[Candidate, dict[str, float]] | None:
+        async def in_turn(plan: _Plan, turn: _Turn) -> tuple[Candidate, dict[str, float]] | None:
+            try:
+                return await self._try_proposal(plan, turn)
+            finally:
+                turn.done.set()  # gave up before claiming a text (or failed): the next proposal may decide
+
+        turns: list[_Turn] = []
+        for _ in plans:
+            turns.append(_Turn(turns[-1].done if turns else None))
+        tries = [asyncio.ensure_future(in_turn(p, t)) for p, t in zip(plans, turns, strict=True)]
+        try:
+            await asyncio.gather(*tries)
+        finally:  # also when the round is cancelled by a stop: what finished is kept
+            for plan, task in zip(plans, tries, strict=True):
+                task.cancel()  # no-op when done
+                if not task.done() or task.cancelled() or task.exception() is not None:
+                    continue
+                outcome = task.result()
+                if outcome is not None:
+                    child, scores = outcome
+                    self._commit(child, (plan.parent_idx,), "reflection", plan.component, scores, plan.iteration)
+                    if cfg.use_merge:
+                        st.merges_due += 1
+
+    async def _try_proposal(self, plan: _Plan, turn: _Turn | None = None) -> tuple[Candidate, dict[str, float]] | None:
         """Minibatch, reflection, child minibatch and, if better, validation: the child's scores or None."""
         cfg, st = self.config, self.state
         parent = st.records[plan.parent_idx].candidate
@@ -264,10 +297,9 @@ class Engine:
         if text is None:
             return None
         child = parent.replace(plan.component, text)
-        if child.id in self._tried:
+        if not await self._claim(child, turn):
             st.proposals["rejected: already tried"] += 1
             return None
-        self._tried.add(child.id)
         child_runs = await self._evaluate(child, plan.batch)
         before, after = sum(r.score.value for r in parent_runs), sum(r.score.value for r in child_runs)
         accepted = after > before if cfg.accept == "strict" else after >= before
@@ -277,7 +309,17 @@ class Engine:
             st.proposals["rejected: not better on minibatch"] += 1
             return None
         st.proposals["accepted"] += 1
-        return child, await self._validate(child, "reflection")
+        return child, await self._validate(child, (plan.parent_idx,), "reflection", plan.component, plan.iteration)
+
+    async def _claim(self, child: Candidate, turn: _Turn | None) -> bool:
+        """Mark `child` as tried; False if it already was. Within a round, in plan order (see `_Turn`)."""
+        if turn is not None and turn.before is not None:
+            await turn.before.wait()
+        fresh = child.id not in self._tried
+        self._tried.add(child.id)
+        if turn is not None:
+            turn.done.set()
+        return fresh
 
     async def _merge_step(self) -> None:
         cfg, st = self.config, self.state
@@ -305,7 +347,8 @@ class Engine:
         self.on_event("merge", {"parents": (i, j), "subsample_score": got, "bar": bar, "accepted": accepted})
         st.proposals["merge accepted" if accepted else "merge rejected"] += 1
         if accepted:
-            self._commit(child, (i, j), "merge", None, await self._validate(child, "merge"), st.iteration)
+            self._commit(child, (i, j), "merge", None, await self._validate(child, (i, j), "merge", None, st.iteration),
+                         st.iteration)
 
     async def _propose(self, current: str, examples: list[ReflectionExample], iteration: int) -> str | None:
         """Ask the reflection LM for a new text; vet each answer and retry a bounded number of times."""
@@ -377,12 +420,16 @@ class Engine:
     async def _add_candidate(
         self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None
     ) -> None:
-        self._commit(candidate, parents, origin, component, await self._validate(candidate, origin),
-                     self.state.iteration)
+        iteration = self.state.iteration
+        self._commit(candidate, parents, origin, component,
+                     await self._validate(candidate, parents, origin, component, iteration), iteration)
 
-    async def _validate(self, candidate: Candidate, origin: str) -> dict[str, float]:
+    async def _validate(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
+                        iteration: int) -> dict[str, float]:
         """Scores on the whole validation set (its cost was set aside when the step was planned)."""
         self.on_event("phase", {"phase": "validation", "origin": origin})
+        # until committed, a stop leaves it a partial candidate (see `_partial_candidates`)
+        self._validating[candidate.id] = CandidateRecord(-1, candidate, parents, origin, iteration, component, {}, 0)
         runs = await self._evaluate(candidate, self.valset)
         if origin == "seed":
             check_metric(runs)  # a metric that cannot score anything stops the run before it burns the budget
@@ -395,6 +442,7 @@ class Engine:
                                  st.rollouts_used)
         st.add_record(record)
         self._tried.add(candidate.id)
+        self._validating.pop(candidate.id, None)
         self.on_event("candidate", {"record": record, "best": st.best().mean, "front": st.archive.front})
 
     def _afford(self, cost: int, what: str) -> None:
@@ -447,15 +495,27 @@ class Engine:
                 "best": st.best().mean if st.records else None, "front": len(st.archive.front),
                 "candidates": len(st.records)}
 
+    def _partial_candidates(self) -> list[CandidateRecord]:
+        """Candidates whose validation was interrupted, with the validation scores already paid for."""
+        st, out = self.state, []
+        for rec in self._validating.values():
+            runs = [st.rollouts.get((rec.candidate.id, e.id)) for e in self.valset]
+            scores = {r.example_id: r.score.value for r in runs if r is not None}
+            if scores:
+                out.append(CandidateRecord(-1, rec.candidate, rec.parents, rec.origin, rec.iteration, rec.component,
+                                           scores, st.rollouts_used))
+        return out
+
     def _result(self, reason: str, seconds: float) -> Result:
         st = self.state
+        partial = self._partial_candidates()
         if not st.records:  # stopped before the seed was validated
             return Result(self.seed, float("nan"), float("nan"), [], [], st.rollouts_used, st.budget,
-                          st.ledger, reason, st.iteration, dict(st.proposals), [], seconds)
+                          st.ledger, reason, st.iteration, dict(st.proposals), [], seconds, partial)
         best = st.best()
         return Result(best.candidate, best.mean, st.records[0].mean, list(st.records), st.archive.front,
                       st.rollouts_used, st.budget, st.ledger, reason, st.iteration, dict(st.proposals),
-                      list(st.history), seconds)
+                      list(st.history), seconds, partial)
 
 
 def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Example], cfg: EngineConfig) -> None:
