@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gepetto.lm.base import LM, Completion, LMError, Message
+from gepetto.lm.base import LM, Completion, LMError, LMUnavailable, Message
 from gepetto.types import Candidate, Example, Score
 
 Program = Callable[[Candidate, Example, "Context"], Any]  # may be sync or async
@@ -132,7 +132,11 @@ async def run_rollout(
     task_lm: LM,
     lm_params: Mapping[str, Any] | None = None,
 ) -> Rollout:
-    """Run the program and the metric; an exception in either becomes score 0 with the error as feedback."""
+    """Run the program and the metric; an exception in either becomes score 0 with the error as feedback.
+
+    Except when the LM infrastructure failed (LMUnavailable, also wrapped by the program or metric as the cause
+    of its own error): that is no verdict on the candidate, so it is raised for the caller to retry later.
+    """
     ctx = Context(candidate, task_lm, dict(lm_params or {}), _loop=asyncio.get_running_loop())
     stage = "program"
     try:
@@ -151,9 +155,23 @@ async def run_rollout(
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a failed rollout, not a failed run
+        unavailable = _unavailable(exc)
+        if unavailable is not None:
+            raise unavailable from None
         msg = f"{type(exc).__name__}: {exc}"
         feedback = f"The {stage} raised an error on this example, so it scored 0. Error: {msg}"
         return Rollout(example.id, Score(0.0, feedback), None, ctx.trace, error=msg, stage=stage)
+
+
+def _unavailable(exc: BaseException | None) -> LMUnavailable | None:
+    """The LMUnavailable in an exception's chain of causes, if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, LMUnavailable):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _is_async(fn: Any) -> bool:

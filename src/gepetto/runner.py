@@ -215,7 +215,8 @@ def start_or_resume(
     except BaseException:
         store.finish_run(name, "failed", None)
         raise
-    status = "interrupted" if result.stop_reason.startswith("interrupted") else "finished"
+    # a run stopped by a Ctrl-C or a failing LM endpoint has more to do: resuming it goes on
+    status = "interrupted" if result.stop_reason.startswith(("interrupted", "LM unavailable")) else "finished"
     store.save_ledger(name, ledger.to_dict())
     store.finish_run(name, status, result.to_dict())
     store.add_event(name, "done", {"session": session, "replayed_rollouts": rollouts.replayed,
