@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 import gepetto
 from gepetto import sim
 from gepetto.engine.merge import find_merge, merge_texts
-from gepetto.lm.base import Completion, ScriptedLM, Usage
+from gepetto.lm.base import Completion, LMUnavailable, ScriptedLM, Usage
 from gepetto.program import MetricError
+from gepetto.store.sqlite import RunStore, StoredRollouts
 from gepetto.types import Candidate, Example, Score
 
 
@@ -397,7 +398,9 @@ def test_a_stop_commits_a_later_validated_child_and_keeps_an_earlier_one_as_part
             if "Be careful" in messages[0]["content"]:
                 calls.append(1)
                 if len(calls) > 3 + 5:  # its minibatch and 5 validation examples, then it stalls
-                    while sum(c == second.id and e.startswith("val") for c, e in engine.state.rollouts) < 12:
+                    mine = task.seed_candidate.replace("instruction", messages[0]["content"]).id
+                    while (sum(c == second.id and e.startswith("val") for c, e in engine.state.rollouts) < 12
+                           or sum(c == mine and e.startswith("val") for c, e in engine.state.rollouts) < 5):
                         await asyncio.sleep(0.001)
                     engine.request_stop("interrupted (Ctrl-C)")
                     await asyncio.Event().wait()
@@ -465,3 +468,66 @@ def test_proposals_of_a_round_claim_their_texts_in_plan_order():
     result = run(reflection=ScriptedLM(reflect), budget=200, proposals_per_round=2, use_merge=False)
     assert [c.iteration for c in result.candidates] == [0, 1]  # the first planned proposal owns the text
     assert result.proposals["rejected: already tried"] == 1
+
+
+class FlakyTaskLM(sim.SimTaskLM):
+    """The simulated task LM behind an endpoint that fails (no answer at all) on the calls in `down`."""
+
+    def __init__(self, down, error=LMUnavailable):
+        super().__init__()
+        self.down, self.error, self.n = down, error, 0
+
+    async def complete(self, messages, **params):
+        self.n += 1
+        if self.down(self.n):
+            raise self.error(f"sim-task: gave up after 7 attempts; last error: HTTP 503 (call {self.n})")
+        return await super().complete(messages, **params)
+
+
+def test_lm_outages_are_retried_not_scored_and_change_nothing(tmp_path):
+    expected = run(reflection=sim.SimReflectionLM(noise=0.3, seed=2), budget=150, seed=1, max_lm_failures=3,
+                   lm_retry_pause=0)
+    store = RunStore(tmp_path / "s.sqlite")
+    store.create_run("r", {}, seed=1)
+    flaky = FlakyTaskLM(lambda n: n % 7 in (0, 1))  # two failures in a row every 7 calls
+    task = sim.task()
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=flaky,
+                                  reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2), budget=150, seed=1,
+                                  max_lm_failures=3, lm_retry_pause=0, rollout_store=StoredRollouts(store, "r"))
+    got = gepetto.run_engine(engine)
+    assert fingerprint(got) == fingerprint(expected)  # same path, same scores: no failure became a 0
+    assert got.rollouts_used == store.count_rollouts("r") <= 150
+    assert not [r for r in store.rollouts("r").values() if r.error]  # no outage was stored as a score
+    assert got.ledger.roles["task"].errors > 0 and got.ledger.roles["task"].calls > got.rollouts_used
+
+
+def test_a_dead_endpoint_stops_the_run_and_keeps_what_was_paid():
+    task_lm = FlakyTaskLM(lambda n: n > 20)  # dies after 20 answers (the seed validation and a bit more)
+    result = run(task_lm=task_lm, budget=150, max_lm_failures=4, lm_retry_pause=0)
+    assert result.stop_reason.startswith("LM unavailable: 4 LM calls in a row failed; LMUnavailable: sim-task")
+    assert result.rollouts_used == 20 and len(result.candidates) >= 1  # only answered rollouts are counted
+    assert result.seed_score == 0.0
+
+
+@pytest.mark.parametrize("role", ["task", "reflection"])
+def test_an_authentication_error_stops_the_run_at_once(role):
+    from gepetto.lm.base import AuthenticationError
+
+    class Refusing:
+        name = "refusing"
+
+        def __init__(self):
+            self.calls = 0
+
+        async def complete(self, messages, **params):
+            self.calls += 1
+            raise AuthenticationError("openai:m: HTTP 401: invalid api key (check the API key)")
+
+    lm = Refusing()
+    kw = {"task_lm": lm} if role == "task" else {"reflection": lm}
+    result = run(budget=150, lm_retry_pause=10, **kw)
+    assert result.stop_reason.startswith("LM unavailable: AuthenticationError: openai:m: HTTP 401")
+    assert lm.calls <= (8 if role == "task" else 1)  # no retries: it cannot heal (8 = rollouts started at once)
+    if role == "reflection":
+        assert result.candidates[0].origin == "seed" and result.rollouts_used >= 12  # the seed validation is kept

@@ -10,20 +10,21 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from gepetto.engine.merge import find_merge
 from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.ledger import Ledger
-from gepetto.lm.base import LM, MeteredLM
+from gepetto.lm.base import LM, LMSetupError, LMUnavailable, MeteredLM
 from gepetto.program import Metric, Program, Rollout, check_metric, run_rollout
 from gepetto.types import Candidate, Example
 
 EventHandler = Callable[[str, dict[str, Any]], None]
+T = TypeVar("T")
 
 
 class RolloutStore(Protocol):
@@ -58,6 +59,11 @@ class EngineConfig:
     stop_file: str | None = None
     max_idle_iterations: int = 10  # stop when this many iterations in a row spend no rollout
     proposals_per_round: int = 1  # >1 tries several proposals at once (faster against parallel LM APIs)
+    # an LM call that fails for infrastructure reasons (LMUnavailable, after the backend's own retries) is no
+    # result: it is made again after `lm_retry_pause` seconds; this many failures in a row stop the run (an
+    # LMSetupError such as HTTP 401 stops it at once), keeping everything paid so far
+    max_lm_failures: int = 5
+    lm_retry_pause: float = 5.0
 
 
 @dataclass
@@ -167,6 +173,7 @@ class Engine:
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
         self._since_improvement = 0
+        self._lm_failures = 0  # LM infrastructure failures in a row
 
     # ---- public control -------------------------------------------------------------------------
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -213,6 +220,7 @@ class Engine:
         except asyncio.CancelledError:
             if self._stop_reason is None:
                 raise
+            self._commit_validated()
         except _OutOfBudget as exc:
             self._stop_reason = str(exc)
         finally:
@@ -268,17 +276,25 @@ class Engine:
         tries = [asyncio.ensure_future(in_turn(p, t)) for p, t in zip(plans, turns, strict=True)]
         try:
             await asyncio.gather(*tries)
-        finally:  # also when the round is cancelled by a stop: what finished is kept
+        finally:  # also when the round is cancelled by a stop: what was validated is kept
             for plan, task in zip(plans, tries, strict=True):
                 task.cancel()  # no-op when done
-                if not task.done() or task.cancelled() or task.exception() is not None:
-                    continue
-                outcome = task.result()
+                outcome = self._outcome(task, plan.iteration)
                 if outcome is not None:
                     child, scores = outcome
                     self._commit(child, (plan.parent_idx,), "reflection", plan.component, scores, plan.iteration)
                     if cfg.use_merge:
                         st.merges_due += 1
+
+    def _outcome(self, task: asyncio.Future, iteration: int) -> tuple[Candidate, dict[str, float]] | None:
+        """What a try gave: its result, or, when a stop cut it short after its last validation rollout, the
+        child and its scores from the state."""
+        if task.done() and not task.cancelled() and task.exception() is None:
+            return task.result()
+        rec = next((r for r in self._validating.values() if r.origin == "reflection" and r.iteration == iteration),
+                   None)
+        scores = self._paid_scores(rec.candidate) if rec is not None else {}
+        return (rec.candidate, scores) if rec is not None and len(scores) == len(self.valset) else None
 
     async def _try_proposal(self, plan: _Plan, turn: _Turn | None = None) -> tuple[Candidate, dict[str, float]] | None:
         """Minibatch, reflection, child minibatch and, if better, validation: the child's scores or None."""
@@ -361,7 +377,7 @@ class Engine:
             params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": max_tokens,
                       "seed": cfg.seed * 100_003 + iteration * 10 + attempt, "stop": [CLOSE_TAG]}
             try:
-                out = await self.reflection_lm.complete(messages, **params)
+                out = await self._retrying(self.reflection_lm.complete, messages, **params)
             except Exception as exc:  # a flaky reflection LM costs an attempt, not the run
                 st.proposals["reflection error"] += 1
                 self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
@@ -394,9 +410,7 @@ class Engine:
             try:
                 run = store.get(*key) if store is not None else None
                 if run is None:
-                    async with sem:
-                        run = await run_rollout(self.program, self.metric, candidate, ex, self.task_lm,
-                                                self.config.task_lm_params)
+                    run = await self._retrying(self._run_rollout, sem, candidate, ex)
                     if store is not None:
                         store.put(candidate, ex.id, run)
                 st.rollouts[key] = run
@@ -416,6 +430,31 @@ class Engine:
             return run
 
         return list(await asyncio.gather(*(one(e) for e in examples)))
+
+    async def _run_rollout(self, sem: asyncio.Semaphore, candidate: Candidate, ex: Example) -> Rollout:
+        async with sem:
+            return await run_rollout(self.program, self.metric, candidate, ex, self.task_lm, self.config.task_lm_params)
+
+    async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """`call(...)`, made again while the LM infrastructure fails (LMUnavailable: no answer, so no result to
+        keep, count or store). Stops the run when that cannot heal (LMSetupError) or keeps happening."""
+        cfg = self.config
+        while True:
+            try:
+                out = await call(*args, **kwargs)
+            except LMUnavailable as exc:
+                self._lm_failures += 1
+                error = f"{type(exc).__name__}: {exc}"
+                self.on_event("lm_unavailable", {"error": error, "in_a_row": self._lm_failures})
+                if isinstance(exc, LMSetupError) or self._lm_failures >= cfg.max_lm_failures:
+                    what = "" if isinstance(exc, LMSetupError) else f"{self._lm_failures} LM calls in a row failed; "
+                    self.request_stop(f"LM unavailable: {what}{error} (everything paid so far is kept; fix the LM "
+                                      f"and resume)")
+                    raise asyncio.CancelledError from exc
+                await asyncio.sleep(cfg.lm_retry_pause)
+                continue
+            self._lm_failures = 0
+            return out
 
     async def _add_candidate(
         self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None
@@ -495,15 +534,26 @@ class Engine:
                 "best": st.best().mean if st.records else None, "front": len(st.archive.front),
                 "candidates": len(st.records)}
 
+    def _paid_scores(self, candidate: Candidate) -> dict[str, float]:
+        """The validation scores of `candidate` paid for so far."""
+        runs = [self.state.rollouts.get((candidate.id, e.id)) for e in self.valset]
+        return {r.example_id: r.score.value for r in runs if r is not None}
+
+    def _commit_validated(self) -> None:
+        """After a stop: commit a seed or merge child whose validation finished just before the step was cut."""
+        for rec in list(self._validating.values()):
+            scores = self._paid_scores(rec.candidate)
+            if len(scores) == len(self.valset) and (rec.origin == "seed") == (not self.state.records):
+                self._commit(rec.candidate, rec.parents, rec.origin, rec.component, scores, rec.iteration)
+
     def _partial_candidates(self) -> list[CandidateRecord]:
         """Candidates whose validation was interrupted, with the validation scores already paid for."""
-        st, out = self.state, []
+        out = []
         for rec in self._validating.values():
-            runs = [st.rollouts.get((rec.candidate.id, e.id)) for e in self.valset]
-            scores = {r.example_id: r.score.value for r in runs if r is not None}
+            scores = self._paid_scores(rec.candidate)
             if scores:
                 out.append(CandidateRecord(-1, rec.candidate, rec.parents, rec.origin, rec.iteration, rec.component,
-                                           scores, st.rollouts_used))
+                                           scores, self.state.rollouts_used))
         return out
 
     def _result(self, reason: str, seconds: float) -> Result:
@@ -541,8 +591,8 @@ def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Examp
         missing = [c for c in cfg.components if c not in seed]
         if missing:
             raise ValueError(f"components {missing} are not in the seed candidate ({list(seed)})")
-    if cfg.minibatch_size < 1 or cfg.max_concurrency < 1 or cfg.reflection_attempts < 1:
-        raise ValueError("minibatch_size, max_concurrency and reflection_attempts must be at least 1")
+    if cfg.minibatch_size < 1 or cfg.max_concurrency < 1 or cfg.reflection_attempts < 1 or cfg.max_lm_failures < 1:
+        raise ValueError("minibatch_size, max_concurrency, reflection_attempts and max_lm_failures must be at least 1")
     if cfg.budget < len(val):
         raise ValueError(
             f"budget {cfg.budget} is smaller than one validation pass ({len(val)} rollouts for the seed); "
