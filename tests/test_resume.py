@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gepetto import sim
+from gepetto.runner import load_config, start_or_resume
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore
 
@@ -47,3 +49,63 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path):
     assert [e["data"]["resumed"] for e in starts] == [False] + [True] * len(points)
     # the seed is validated once: its rollouts were never paid for again after the first kill
     assert all(e["data"]["stored_rollouts"] >= min(points) - 4 for e in starts[1:])
+
+
+class SampledReflection(sim.SimReflectionLM):
+    """A sampled reflection LM that ignores the `seed` parameter (as many APIs do): each process draws its own
+    answers, and some calls fail with an error that is not an outage."""
+
+    instances = 0
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        SampledReflection.instances += 1
+        self.rng = random.Random(SampledReflection.instances)
+
+    async def complete(self, messages, **params):
+        if self.rng.random() < 0.2:
+            self.calls += 1
+            raise ValueError("the prompt is too long for this model")
+        return await super().complete(messages, **{**params, "seed": self.rng.random()})
+
+
+def _sampled_lms(monkeypatch):
+    from gepetto.lm import names
+
+    real = names.make_lm
+    made = []
+
+    def make_lm(name):
+        lm = SampledReflection(noise=0.5) if name.startswith("sim:reflection") else real(name)
+        made.append(lm)
+        return lm
+
+    monkeypatch.setattr(names, "make_lm", make_lm)
+    return made
+
+
+def test_reflection_answers_and_errors_are_replayed_on_resume_with_the_cache_off(tmp_path, monkeypatch):
+    made = _sampled_lms(monkeypatch)
+    cfg = load_config(task="sim", task_lm="sim:task", reflection_lm="sim:reflection", budget=150, seed=3,
+                      cache="off", task_options={"kinds": 6})
+    _, first = start_or_resume(cfg, storage=tmp_path / "s.sqlite", run="r")
+    assert first.proposals.get("reflection error", 0) > 0
+    _, again = start_or_resume(cfg, storage=tmp_path / "s.sqlite", run="r")  # a new process would sample anew
+    assert [c.to_dict() for c in again.candidates] == [c.to_dict() for c in first.candidates]
+    assert again.proposals == first.proposals and again.rollouts_used == first.rollouts_used
+    reflection_lms = [lm for lm in made if isinstance(lm, SampledReflection)]
+    assert reflection_lms[-1].calls == 0  # every answer and error came from the run store
+
+
+def test_the_ledger_is_saved_with_each_rollout(tmp_path):
+    storage = tmp_path / "s.sqlite"
+    seen = []
+
+    def hook(kind, data):
+        if kind == "rollout":
+            stored = RunStore(storage).ledger("r")
+            seen.append((data["used"], stored.get("task", {}).get("calls", 0)))
+
+    cfg = load_config(task="sim", task_lm="sim:task", reflection_lm="sim:reflection", budget=60, seed=3)
+    start_or_resume(cfg, storage=storage, run="r", on_event=hook)
+    assert seen and all(used == calls for used, calls in seen)  # a kill now loses no task call's cost

@@ -17,7 +17,7 @@ from gepetto.api import build_engine, run_engine
 from gepetto.engine.loop import EventHandler, Result
 from gepetto.ledger import Ledger
 from gepetto.program import MetricError
-from gepetto.store.sqlite import RunStore, StoredRollouts
+from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts
 
 DEFAULT_STORAGE = "gepetto.sqlite"
 # options that may change when a run is resumed (they do not alter the path the run has taken so far)
@@ -180,9 +180,11 @@ def start_or_resume(
         store.put_examples(name, "train", task.trainset)
         store.put_examples(name, "val", task.valset)
     rollouts = StoredRollouts(store, name)
-    # reflection answers are always replayed on resume (even sampled ones): that is what makes resume exact
+    # reflection answers (and errors) are kept with the run and replayed on resume, even sampled ones and with
+    # the cache off: that is what makes resume exact
     task_lm = _cached(make_lm(cfg.task_lm), storage, cfg.cache)
-    reflection_lm = _cached(make_lm(cfg.reflection_lm), storage, "off" if cfg.cache == "off" else "always")
+    reflection_lm = RecordedLM(_cached(make_lm(cfg.reflection_lm), storage, "off" if cfg.cache == "off" else "always"),
+                               store, name)
     session = len(store.events(name, "start"))
     store.add_event(name, "start", {"session": session, "resumed": resumed,
                                     "stored_rollouts": rollouts.stored_at_start})
@@ -190,8 +192,8 @@ def start_or_resume(
     def record(kind: str, data: dict[str, Any]) -> None:
         if kind == "candidate":
             store.put_candidate(name, data["record"])
-        elif kind == "iteration":
-            store.save_ledger(name, ledger.to_dict())
+        elif kind in ("rollout", "reflection", "reflection_error", "lm_unavailable"):
+            store.save_ledger(name, ledger.to_dict())  # a kill loses no cost already incurred
         elif kind in ("proposal", "merge", "plan"):
             store.add_event(name, kind, {"session": session, **{k: v for k, v in data.items() if k != "plan"}})
         if on_event is not None:
