@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gepetto import sim
 from gepetto.runner import load_config, start_or_resume
 from gepetto.store.snapshot import run_snapshot
@@ -13,8 +15,8 @@ from gepetto.store.sqlite import RunStore
 SCRIPT = Path(__file__).parent / "helpers" / "kill_run.py"
 
 
-def _run(storage, name, kill_after):
-    return subprocess.run([sys.executable, str(SCRIPT), str(storage), name, str(kill_after)],
+def _run(storage, name, kill_after, per_round=1):
+    return subprocess.run([sys.executable, str(SCRIPT), str(storage), name, str(kill_after), str(per_round)],
                           capture_output=True, text=True, timeout=300)
 
 
@@ -49,6 +51,53 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path):
     assert [e["data"]["resumed"] for e in starts] == [False] + [True] * len(points)
     # the seed is validated once: its rollouts were never paid for again after the first kill
     assert all(e["data"]["stored_rollouts"] >= min(points) - 4 for e in starts[1:])
+
+
+# a SIGKILL in every phase: seed validation, parent minibatch, reflection (before the call and right after an
+# answer), a child's minibatch and validation, merge subsample and merge validation
+PHASE_KILLS = ["validation/seed:1:5", "minibatch:3:1", "reflection:4:0", "proposal:3:0", "validation/reflection:3:4",
+               "merge:1:0", "validation/merge:1:3", "validation/reflection:6:0"]
+
+
+def _killed_everywhere(tmp_path, per_round):
+    whole = _run(tmp_path / "whole.sqlite", "r", "never", per_round)
+    assert whole.returncode == 0, whole.stderr
+    expected, _ = _final(tmp_path / "whole.sqlite", "r")
+    origins = {c["origin"] for c in expected["candidates"]}
+    assert origins == {"seed", "reflection", "merge"}  # the path goes through every phase
+    storage = tmp_path / "killed.sqlite"
+    for when in PHASE_KILLS:
+        killed = _run(storage, "r", when, per_round)
+        assert killed.returncode == -9, (when, killed.stdout, killed.stderr)
+    final = _run(storage, "r", "never", per_round)
+    assert final.returncode == 0, final.stderr
+    got, snap = _final(storage, "r")
+    assert got == expected
+    assert snap["run"]["status"] == "finished"
+    assert snap["result"]["rollouts_used"] == RunStore(storage).count_rollouts("r")  # nothing paid twice
+
+
+def test_killed_in_every_phase_with_several_proposals_per_round_resumes_exactly(tmp_path):
+    _killed_everywhere(tmp_path, per_round=3)
+
+
+@pytest.mark.slow
+def test_killed_in_every_phase_with_one_proposal_per_round_resumes_exactly(tmp_path):
+    _killed_everywhere(tmp_path, per_round=1)
+
+
+def test_sigterm_stops_gracefully_and_the_run_resumes_exactly(tmp_path):
+    whole = _run(tmp_path / "whole.sqlite", "r", "never", 3)
+    expected, _ = _final(tmp_path / "whole.sqlite", "r")
+    storage = tmp_path / "t.sqlite"
+    stopped = _run(storage, "r", "sigterm:60", 3)
+    assert stopped.returncode == 0, stopped.stderr  # a graceful stop, like Ctrl-C
+    assert stopped.stdout.strip().endswith("interrupted (SIGTERM)")
+    snap = run_snapshot(RunStore(storage), "r")
+    assert snap["run"]["status"] == "interrupted" and snap["result"]["stop_reason"] == "interrupted (SIGTERM)"
+    final = _run(storage, "r", "never", 3)
+    assert final.returncode == 0, final.stderr
+    assert _final(storage, "r")[0] == expected and whole.returncode == 0
 
 
 class SampledReflection(sim.SimReflectionLM):

@@ -141,18 +141,24 @@ def evaluate(*args: Any, **kwargs: Any) -> Evaluation:
     return asyncio.run(evaluate_async(*args, **kwargs))
 
 
+STOP_SIGNALS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "interrupted (SIGTERM)"}
+
+
 def run_engine(engine: Engine) -> Result:
-    """Run an engine to the end in a fresh event loop; the first Ctrl-C stops it gracefully."""
+    """Run an engine to the end in a fresh event loop; Ctrl-C (SIGINT) or SIGTERM stops it gracefully, keeping
+    everything paid for (a stored run is then resumable)."""
 
     async def main() -> Result:
         loop = asyncio.get_running_loop()
         handled = threading.current_thread() is threading.main_thread()
         if handled:
-            loop.add_signal_handler(signal.SIGINT, engine.request_stop, "interrupted (Ctrl-C)")
+            for sig, reason in STOP_SIGNALS.items():
+                loop.add_signal_handler(sig, engine.request_stop, reason)
         try:
             return await engine.run()
         finally:
             if handled:
-                loop.remove_signal_handler(signal.SIGINT)
+                for sig in STOP_SIGNALS:
+                    loop.remove_signal_handler(sig)
 
     return asyncio.run(main())
