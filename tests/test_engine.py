@@ -1,6 +1,7 @@
 """The GEPA loop on scripted LMs: acceptance, rejection, merge, budget, determinism, failures, stops."""
 
 import asyncio
+import collections
 import random
 
 import numpy as np
@@ -471,15 +472,18 @@ def test_proposals_of_a_round_claim_their_texts_in_plan_order():
 
 
 class FlakyTaskLM(sim.SimTaskLM):
-    """The simulated task LM behind an endpoint that fails (no answer at all) on the calls in `down`."""
+    """The simulated task LM behind an endpoint that fails (no answer at all) when `down(n, tries)` says so:
+    n counts all calls, tries the calls of this very request."""
 
     def __init__(self, down, error=LMUnavailable):
         super().__init__()
-        self.down, self.error, self.n = down, error, 0
+        self.down, self.error, self.n, self.tries = down, error, 0, collections.Counter()
 
     async def complete(self, messages, **params):
         self.n += 1
-        if self.down(self.n):
+        key = str(messages)
+        self.tries[key] += 1
+        if self.down(self.n, self.tries[key]):
             raise self.error(f"sim-task: gave up after 7 attempts; last error: HTTP 503 (call {self.n})")
         return await super().complete(messages, **params)
 
@@ -489,7 +493,7 @@ def test_lm_outages_are_retried_not_scored_and_change_nothing(tmp_path):
                    lm_retry_pause=0)
     store = RunStore(tmp_path / "s.sqlite")
     store.create_run("r", {}, seed=1)
-    flaky = FlakyTaskLM(lambda n: n % 7 in (0, 1))  # two failures in a row every 7 calls
+    flaky = FlakyTaskLM(lambda n, tries: n % 5 == 0 and tries <= 2)  # one call in 5 fails, at most twice
     task = sim.task()
     engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                                   program=task.program, task_lm=flaky,
@@ -503,7 +507,7 @@ def test_lm_outages_are_retried_not_scored_and_change_nothing(tmp_path):
 
 
 def test_a_dead_endpoint_stops_the_run_and_keeps_what_was_paid():
-    task_lm = FlakyTaskLM(lambda n: n > 20)  # dies after 20 answers (the seed validation and a bit more)
+    task_lm = FlakyTaskLM(lambda n, tries: n > 20)  # dies after 20 answers (the seed validation and a bit more)
     result = run(task_lm=task_lm, budget=150, max_lm_failures=4, lm_retry_pause=0)
     assert result.stop_reason.startswith("LM unavailable: 4 LM calls in a row failed; LMUnavailable: sim-task")
     assert result.rollouts_used == 20 and len(result.candidates) >= 1  # only answered rollouts are counted
@@ -531,3 +535,23 @@ def test_an_authentication_error_stops_the_run_at_once(role):
     assert lm.calls <= (8 if role == "task" else 1)  # no retries: it cannot heal (8 = rollouts started at once)
     if role == "reflection":
         assert result.candidates[0].origin == "seed" and result.rollouts_used >= 12  # the seed validation is kept
+
+
+def test_one_call_that_always_fails_stops_the_run_while_others_answer():
+    poison = "question 5 kind 1"
+    result = run(task_lm=_Poisoned(poison), budget=150,
+                 max_lm_failures=3, lm_retry_pause=0)
+    assert result.stop_reason.startswith("LM unavailable: one LM call failed 3 times; LMUnavailable")
+    assert result.rollouts_used == 11  # the seed's other 11 validation rollouts are kept, the poisoned one is not
+    assert [p.origin for p in result.partial_candidates] == ["seed"]
+
+
+class _Poisoned(sim.SimTaskLM):
+    def __init__(self, poison):
+        super().__init__()
+        self.poison = poison
+
+    async def complete(self, messages, **params):
+        if self.poison in messages[-1]["content"]:
+            raise LMUnavailable("sim-task: gave up after 7 attempts; last error: HTTP 500")
+        return await super().complete(messages, **params)

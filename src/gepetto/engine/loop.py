@@ -437,17 +437,21 @@ class Engine:
 
     async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """`call(...)`, made again while the LM infrastructure fails (LMUnavailable: no answer, so no result to
-        keep, count or store). Stops the run when that cannot heal (LMSetupError) or keeps happening."""
+        keep, count or store). Stops the run when that cannot heal (LMSetupError) or keeps happening: on
+        `max_lm_failures` failures in a row, or of this one call (one that always fails while others answer)."""
         cfg = self.config
+        tries = 0
         while True:
             try:
                 out = await call(*args, **kwargs)
             except LMUnavailable as exc:
                 self._lm_failures += 1
+                tries += 1
                 error = f"{type(exc).__name__}: {exc}"
                 self.on_event("lm_unavailable", {"error": error, "in_a_row": self._lm_failures})
-                if isinstance(exc, LMSetupError) or self._lm_failures >= cfg.max_lm_failures:
-                    what = "" if isinstance(exc, LMSetupError) else f"{self._lm_failures} LM calls in a row failed; "
+                if isinstance(exc, LMSetupError) or max(self._lm_failures, tries) >= cfg.max_lm_failures:
+                    what = ("" if isinstance(exc, LMSetupError) else f"{self._lm_failures} LM calls in a row failed; "
+                            if self._lm_failures >= cfg.max_lm_failures else f"one LM call failed {tries} times; ")
                     self.request_stop(f"LM unavailable: {what}{error} (everything paid so far is kept; fix the LM "
                                       f"and resume)")
                     raise asyncio.CancelledError from exc
