@@ -158,3 +158,11 @@ def test_the_ledger_is_saved_with_each_rollout(tmp_path):
     cfg = load_config(task="sim", task_lm="sim:task", reflection_lm="sim:reflection", budget=60, seed=3)
     start_or_resume(cfg, storage=storage, run="r", on_event=hook)
     assert seen and all(used == calls for used, calls in seen)  # a kill now loses no task call's cost
+
+
+def test_lm_failure_options_are_run_options():
+    from gepetto.runner import ConfigError
+
+    assert load_config(max_lm_failures=2, lm_retry_pause=0.5).max_lm_failures == 2
+    with pytest.raises(ConfigError, match="max_lm_failures"):
+        load_config(max_lm_failures=0)

@@ -94,7 +94,8 @@ def optimize(
     `program(candidate, example, ctx)` runs the user's system (default: the seed's one instruction as the
     system prompt, the example's input as the user message). Other keywords: valset, task_lm,
     reflection_lm, on_event, and the EngineConfig options (budget, seed, minibatch_size, max_concurrency,
-    use_merge, time_limit, patience, target_score, stop_file, ...). Ctrl-C returns the best so far.
+    use_merge, time_limit, patience, target_score, stop_file, max_lm_failures, ...). Ctrl-C or SIGTERM returns
+    the best so far.
     """
     engine = build_engine(seed_candidate, trainset, metric, **kwargs)
     return run_engine(engine)
@@ -122,7 +123,10 @@ async def evaluate_async(
     max_concurrency: int = 8,
     lm_params: Mapping[str, Any] | None = None,
 ) -> Evaluation:
-    """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout."""
+    """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout.
+
+    A program or metric error scores 0; an LM that gives no answer at all raises `LMUnavailable` instead.
+    """
     cand, program = _candidate_and_program(candidate, program)
     lm, data = resolve_lm(task_lm), _as_examples(examples)
     sem = asyncio.Semaphore(max_concurrency)

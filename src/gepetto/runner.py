@@ -21,7 +21,8 @@ from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts
 
 DEFAULT_STORAGE = "gepetto.sqlite"
 # options that may change when a run is resumed (they do not alter the path the run has taken so far)
-RESUMABLE_CHANGES = {"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices"}
+RESUMABLE_CHANGES = {"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices",
+                     "max_lm_failures", "lm_retry_pause"}
 
 
 class ConfigError(ValueError):
@@ -52,6 +53,8 @@ class RunConfig(BaseModel):
     task_options: dict[str, Any] = Field(default_factory=dict)
     cache: Literal["auto", "always", "off"] = "auto"
     proposals_per_round: int = Field(1, ge=1, description="proposals tried at once (for slow parallel APIs)")
+    max_lm_failures: int = Field(5, ge=1, description="LM outages in a row (or of one call) that stop the run")
+    lm_retry_pause: float = Field(5.0, ge=0, description="seconds before a call the LM gave no answer to is retried")
     # price table: LM name -> [dollars per million input tokens, per million output tokens]
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
@@ -205,6 +208,7 @@ def start_or_resume(
         budget=cfg.budget, seed=cfg.seed, minibatch_size=cfg.minibatch_size, max_concurrency=cfg.max_concurrency,
         use_merge=cfg.use_merge, max_merges=cfg.max_merges, time_limit=cfg.time_limit, patience=cfg.patience,
         target_score=cfg.target_score, stop_file=stop_file, proposals_per_round=cfg.proposals_per_round,
+        max_lm_failures=cfg.max_lm_failures, lm_retry_pause=cfg.lm_retry_pause,
     )
     try:
         result = run_engine(engine)
