@@ -61,6 +61,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
     trace TEXT NOT NULL,
     error TEXT,
     texts TEXT,
+    stage TEXT,
     PRIMARY KEY (run, candidate_id, example_id)
 );
 CREATE TABLE IF NOT EXISTS examples (
@@ -145,6 +146,9 @@ class RunStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
         self._db.executescript(SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(evaluations)")}
+        if "stage" not in columns:  # a store written before rollouts kept the stage of their error
+            self._db.execute("ALTER TABLE evaluations ADD COLUMN stage TEXT")
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -244,20 +248,20 @@ class RunStore:
         except (TypeError, ValueError):
             output = json.dumps(repr(rollout.output), ensure_ascii=False)
         with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?)",
+            db.execute("INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        (run, candidate.id, example_id, rollout.score.value, rollout.score.feedback,
                         dumps(dict(rollout.score.objectives)), output, dumps([t.to_dict() for t in rollout.trace]),
-                        rollout.error, dumps(candidate.to_dict())))
+                        rollout.error, dumps(candidate.to_dict()), rollout.stage))
 
     def rollouts(self, run: str) -> dict[tuple[str, str], Rollout]:
         """All stored rollouts of a run, keyed by (candidate id, example id)."""
-        rows = self._db.execute("SELECT candidate_id, example_id, score, feedback, objectives, output, trace, error "
-                                "FROM evaluations WHERE run=?", (run,)).fetchall()
+        rows = self._db.execute("SELECT candidate_id, example_id, score, feedback, objectives, output, trace, error, "
+                                "stage FROM evaluations WHERE run=?", (run,)).fetchall()
         out = {}
-        for cid, eid, score, feedback, objectives, output, trace, error in rows:
+        for cid, eid, score, feedback, objectives, output, trace, error, stage in rows:
             out[(cid, eid)] = Rollout(eid, Score(score, feedback, json.loads(objectives)),
                                       json.loads(output) if output is not None else None,
-                                      [TraceEntry(**t) for t in json.loads(trace)], error)
+                                      [TraceEntry(**t) for t in json.loads(trace)], error, stage)
         return out
 
     def delete_rollouts(self, run: str, candidate_id: str) -> None:
