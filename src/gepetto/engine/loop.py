@@ -449,14 +449,18 @@ class Engine:
                 tries += 1
                 error = f"{type(exc).__name__}: {exc}"
                 self.on_event("lm_unavailable", {"error": error, "in_a_row": self._lm_failures})
-                if isinstance(exc, LMSetupError) or max(self._lm_failures, tries) >= cfg.max_lm_failures:
-                    what = ("" if isinstance(exc, LMSetupError) else f"{self._lm_failures} LM calls in a row failed; "
-                            if self._lm_failures >= cfg.max_lm_failures else f"one LM call failed {tries} times; ")
-                    self.request_stop(f"LM unavailable: {what}{error} (everything paid so far is kept; fix the LM "
-                                      f"and resume)")
-                    raise asyncio.CancelledError from exc
-                await asyncio.sleep(cfg.lm_retry_pause)
-                continue
+                if isinstance(exc, LMSetupError):
+                    what = ""
+                elif self._lm_failures >= cfg.max_lm_failures:
+                    what = f"{self._lm_failures} LM calls in a row failed; "
+                elif tries >= cfg.max_lm_failures:
+                    what = f"one LM call failed {tries} times; "
+                else:
+                    await asyncio.sleep(cfg.lm_retry_pause)
+                    continue
+                self.request_stop(f"LM unavailable: {what}{error} (everything paid so far is kept; fix the LM and "
+                                  f"resume)")
+                raise asyncio.CancelledError from exc
             self._lm_failures = 0
             return out
 
@@ -544,10 +548,11 @@ class Engine:
         return {r.example_id: r.score.value for r in runs if r is not None}
 
     def _commit_validated(self) -> None:
-        """After a stop: commit a seed or merge child whose validation finished just before the step was cut."""
+        """After a stop: commit a seed or merge child whose validation finished just before the step was cut
+        (children of a round are handled by the round, in plan order)."""
         for rec in list(self._validating.values()):
             scores = self._paid_scores(rec.candidate)
-            if len(scores) == len(self.valset) and (rec.origin == "seed") == (not self.state.records):
+            if len(scores) == len(self.valset):
                 self._commit(rec.candidate, rec.parents, rec.origin, rec.component, scores, rec.iteration)
 
     def _partial_candidates(self) -> list[CandidateRecord]:
