@@ -555,3 +555,17 @@ class _Poisoned(sim.SimTaskLM):
         if self.poison in messages[-1]["content"]:
             raise LMUnavailable("sim-task: gave up after 7 attempts; last error: HTTP 500")
         return await super().complete(messages, **params)
+
+
+@given(budget=st.integers(12, 120), seed=st.integers(0, 3), per_round=st.sampled_from([1, 3]),
+       every=st.integers(2, 6))
+@settings(max_examples=20, deadline=None)
+def test_budget_accounting_stays_exact_through_lm_outages(budget, seed, per_round, every):
+    task = sim.task(n_train=8, n_val=6, kinds=5)
+    flaky = FlakyTaskLM(lambda n, tries: n % every == 0 and tries <= 2)
+    result = run(task=task, task_lm=flaky, budget=budget, seed=seed, proposals_per_round=per_round,
+                 max_lm_failures=3, lm_retry_pause=0)
+    assert result.rollouts_used <= budget
+    u = result.ledger.roles["task"]
+    assert u.calls - u.errors == result.rollouts_used  # an outage is paid nothing and scored nothing
+    assert not result.stop_reason.startswith("LM unavailable")  # each call answers by its third try
