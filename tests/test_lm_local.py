@@ -160,3 +160,13 @@ def test_one_local_lm_serves_successive_event_loops():
     for _ in range(2):
         assert [c.text for c in asyncio.run(burst())] == ["ok"] * 4
     assert Stub.most == 1  # calls never overlap on the one model
+
+
+async def test_a_model_file_that_does_not_load_is_a_setup_error(tmp_path):
+    pytest.importorskip("llama_cpp")
+    from gepetto.lm.base import LMSetupError
+
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file")
+    with pytest.raises(LMSetupError, match="cannot load the model file"):
+        await LocalLM("smollm2-135m", model_file=bad).complete([{"role": "user", "content": "hi"}])

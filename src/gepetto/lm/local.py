@@ -172,9 +172,12 @@ class LocalLM:
             except ImportError as exc:
                 raise LMSetupError('llama-cpp-python is not installed: pip install "gepetto[local]"') from exc
             path = self._path or model_path(self.model, self._cache_dir)
-            self._llama = Llama(
-                model_path=str(path), n_ctx=self._n_ctx, n_threads=self._n_threads, verbose=False, seed=0
-            )
+            try:
+                self._llama = Llama(
+                    model_path=str(path), n_ctx=self._n_ctx, n_threads=self._n_threads, verbose=False, seed=0
+                )
+            except (ValueError, RuntimeError, OSError) as exc:  # no model, so no answer will ever come
+                raise LMSetupError(f"{self.name}: cannot load the model file {path}: {exc}") from exc
         return self._llama
 
     def _complete_sync(self, messages: list[Message], params: dict[str, Any]) -> Completion:
