@@ -1,7 +1,7 @@
 """Bad input, and what gepetto does with it: one clear error, or a failed rollout recorded with the reason.
 
 Each test is one row of docs/reliability.md. Through the CLI a user error never shows a traceback: exit
-code 2 and one `error:` line. Rows marked xfail are being fixed on the branch rel-engine (engine side).
+code 2 and one `error:` line.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from gepetto.store.sqlite import RunStore, StoreError
 from gepetto.types import Example, Score
 
 SIM = ["--task", "sim", "--task-lm", "sim:task", "--reflection-lm", "sim:reflection"]
-ENGINE = pytest.mark.xfail(reason="fixed on branch rel-engine", strict=False)
 
 
 def optimize(trainset, valset=None, metric=None, program=None, seed="Answer the question.", **config):
@@ -86,7 +85,6 @@ def test_duplicate_ids_within_a_split_are_one_clear_error() -> None:
         optimize(dup)
 
 
-@ENGINE
 def test_same_id_for_different_examples_across_splits_is_one_clear_error() -> None:
     train = [Example({"question": "question 1 kind 0"}, "answer-1", id="x1")]
     val = [Example({"question": "question 9 kind 1"}, "answer-9", id="x1")]
@@ -148,7 +146,6 @@ def test_metric_raising_is_a_failed_rollout() -> None:
     assert "ZeroDivisionError" in ev.rollouts[0].error
 
 
-@ENGINE
 @pytest.mark.parametrize("value", [math.nan, 1.5, -0.1, "0.5", None, [0.5]])
 def test_metric_returning_an_unusable_value_is_a_failed_rollout_naming_it(value) -> None:
     ev = evaluate(metric=lambda e, o, t: value)
@@ -157,7 +154,6 @@ def test_metric_returning_an_unusable_value_is_a_failed_rollout_naming_it(value)
         assert repr(value) in r.error or str(value) in r.error
 
 
-@ENGINE
 def test_metric_returning_a_numpy_scalar_is_accepted() -> None:
     np = pytest.importorskip("numpy")
     ev = evaluate(metric=lambda e, o, t: np.float32(0.5))

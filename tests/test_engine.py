@@ -1,8 +1,10 @@
 """The GEPA loop on scripted LMs: acceptance, rejection, merge, budget, determinism, failures, stops."""
 
 import asyncio
+import collections
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,7 +12,9 @@ from hypothesis import strategies as st
 import gepetto
 from gepetto import sim
 from gepetto.engine.merge import find_merge, merge_texts
-from gepetto.lm.base import Completion, ScriptedLM, Usage
+from gepetto.lm.base import Completion, LMUnavailable, ScriptedLM, Usage
+from gepetto.program import MetricError
+from gepetto.store.sqlite import RunStore, StoredRollouts
 from gepetto.types import Candidate, Example, Score
 
 
@@ -278,3 +282,290 @@ def test_evaluate_scores_a_candidate_on_held_out_examples():
     ev = gepetto.evaluate(good, task.testset, task.metric, program=task.program, task_lm=sim.SimTaskLM())
     assert ev.mean == 0.5 and len(ev.rollouts) == 8
     assert ev.scores == {f"test-{i}": 1.0 if i % 4 in (0, 1) else 0.0 for i in range(8)}
+
+
+@pytest.mark.parametrize("value", [np.float32(0.5), np.float64(0.5), np.bool_(True), np.int64(1), np.int8(0),
+                                   np.float16(1.0)])
+def test_numpy_scalars_are_scores(value):
+    expected = float(value)
+    assert Score.coerce(value).value == expected and type(Score.coerce(value).value) is float
+    assert Score(value, "fine").value == expected and type(Score(value).value) is float
+    assert Score(0.5, "x", {"f1": np.float32(0.25)}).objectives == {"f1": 0.25}
+
+
+def test_a_metric_returning_numpy_scalars_optimises():
+    task = sim.task()
+
+    def np_score(example, output, trace):  # a Score whose value is a numpy scalar
+        s = task.metric(example, output, trace)
+        return Score(np.float32(s.value), s.feedback)
+
+    result = run(task=gepetto.Task("np", task.program, np_score, task.seed_candidate, task.trainset, task.valset),
+                 budget=200)
+    assert result.best_score == 1.0
+    bare = [np.bool_, np.int64, np.float32]  # bare numpy numbers: the seed's true score, not 0 with a TypeError
+
+    def np_number(example, output, trace):
+        return bare[int(example.id.split("-")[1]) % 3](task.metric(example, output, trace).value)
+
+    seed = Candidate(instruction="Apply rule-0.")
+    result = run(task=gepetto.Task("np", task.program, np_number, seed, task.trainset, task.valset), budget=12)
+    assert result.seed_score == 0.25
+
+
+@pytest.mark.parametrize(("bad", "named"), [("good", "str: 'good'"), (None, "NoneType"), (float("nan"), "nan"),
+                                            (1.5, "1.5"), (np.float32(-2.0), "-2.0")])
+def test_a_metric_returning_unusable_values_stops_at_once(bad, named):
+    task = sim.task()
+    reflection = sim.SimReflectionLM()
+    with pytest.raises(MetricError, match="metric") as info:
+        run(task=gepetto.Task("bad", task.program, lambda e, o, t: bad, task.seed_candidate, task.trainset,
+                              task.valset), reflection=reflection, budget=200)
+    assert named in str(info.value)
+    assert reflection.calls == 0  # nothing was spent beyond the seed validation
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_metric_that_raises_everywhere_stops_with_its_error():
+    task = sim.task()
+
+    def broken(example, output, trace):
+        return example.gold["answer"] == output  # gold is a str: TypeError on every example
+
+    with pytest.raises(MetricError, match=r"all 12 validation examples.*TypeError"):
+        run(task=gepetto.Task("bad", task.program, broken, task.seed_candidate, task.trainset, task.valset),
+            budget=200)
+
+
+def test_one_id_for_different_examples_across_splits_is_refused():
+    task = sim.task()
+    train = [Example({"q": f"question {i} kind {i % 4}"}, gold=f"answer-{i}", id=str(i)) for i in range(6)]
+    val = [Example({"q": f"question {i} kind {i % 4}"}, gold=f"answer-{i}", id=str(i)) for i in range(6, 12)]
+    val[2] = Example(val[2].inputs, val[2].gold, id="0")  # "0" is train's first example, a different one
+    with pytest.raises(ValueError, match=r"example id '0' names different examples in trainset and valset"):
+        run(task=gepetto.Task("ids", task.program, task.metric, task.seed_candidate, train, val), budget=50)
+    # the same example in both splits (the "valset defaults to trainset" case) is fine
+    result = run(task=gepetto.Task("ids", task.program, task.metric, task.seed_candidate, train, train[:4]),
+                 budget=30)
+    assert result.rollouts_used <= 30
+
+
+PERFECT = ("<new_instruction>Answer the question. Apply rule-0. Apply rule-1. Apply rule-2. Apply rule-3."
+           "</new_instruction>")
+
+
+def _iteration(params):
+    return params["seed"] // 10  # the reflection seed is seed * 100_003 + iteration * 10 + attempt (run seed 0)
+
+
+def _texts(answer):
+    return answer.split(">", 1)[1].split("<", 1)[0]
+
+
+def test_a_stop_during_a_round_keeps_the_children_already_validated():
+    # two proposals per round: child 1 is perfect and fully validated while proposal 2 still waits for its
+    # reflection answer; then Ctrl-C. The validated child must not be thrown away.
+    task = sim.task()
+    perfect = task.seed_candidate.replace("instruction", _texts(PERFECT))
+
+    async def reflect(messages, params):
+        if _iteration(params) == 1:
+            return PERFECT
+        while sum(c == perfect.id and e.startswith("val") for c, e in engine.state.rollouts) < len(task.valset):
+            await asyncio.sleep(0.001)
+        engine.request_stop("interrupted (Ctrl-C)")
+        await asyncio.Event().wait()  # never answers: the stop cancels it
+
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=sim.SimTaskLM(latency=0.001),
+                                  reflection_lm=ScriptedLM(reflect), budget=200, proposals_per_round=2,
+                                  use_merge=False)
+    result = gepetto.run_engine(engine)
+    assert result.stop_reason == "interrupted (Ctrl-C)"
+    assert result.best_candidate == perfect and result.best_score == 1.0
+    assert [c.iteration for c in result.candidates] == [0, 1]
+    assert result.partial_candidates == []
+
+
+def test_a_stop_commits_a_later_validated_child_and_keeps_an_earlier_one_as_partial():
+    # child 1 claims its text first, then its validation stalls; child 2 is validated; then Ctrl-C
+    task = sim.task()
+    careful = PERFECT.replace("</new", " Be careful.</new")
+    second = task.seed_candidate.replace("instruction", _texts(PERFECT))
+    calls = []
+
+    class StallingTaskLM(sim.SimTaskLM):
+        async def complete(self, messages, **params):
+            if "Be careful" in messages[0]["content"]:
+                calls.append(1)
+                if len(calls) > 3 + 5:  # its minibatch and 5 validation examples, then it stalls
+                    mine = task.seed_candidate.replace("instruction", messages[0]["content"]).id
+                    while (sum(c == second.id and e.startswith("val") for c, e in engine.state.rollouts) < 12
+                           or sum(c == mine and e.startswith("val") for c, e in engine.state.rollouts) < 5):
+                        await asyncio.sleep(0.001)
+                    engine.request_stop("interrupted (Ctrl-C)")
+                    await asyncio.Event().wait()
+            return await super().complete(messages, **params)
+
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=StallingTaskLM(latency=0.001),
+                                  reflection_lm=ScriptedLM(lambda m, p: careful if _iteration(p) == 1 else PERFECT),
+                                  budget=200, proposals_per_round=2, use_merge=False, max_concurrency=32)
+    result = gepetto.run_engine(engine)
+    assert [c.iteration for c in result.candidates] == [0, 2] and result.best_candidate == second
+    [partial] = result.partial_candidates
+    assert partial.iteration == 1 and "Be careful" in partial.candidate["instruction"]
+    assert 5 <= len(partial.val_scores) < 12
+
+
+def test_an_interrupted_validation_keeps_its_paid_rollouts_as_a_partial_candidate():
+    task = sim.task()
+
+    def stop_midway(kind, data):
+        if kind == "rollout" and data["candidate"] != task.seed_candidate.id:
+            child_val = [e for c, e in engine.state.rollouts if c == data["candidate"] and e.startswith("val")]
+            if len(child_val) == 5:
+                engine.request_stop("interrupted (Ctrl-C)")
+
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=sim.SimTaskLM(latency=0.001),
+                                  reflection_lm=ScriptedLM(lambda m, p: PERFECT), budget=200, on_event=stop_midway)
+    result = gepetto.run_engine(engine)
+    assert result.stop_reason == "interrupted (Ctrl-C)"
+    assert len(result.candidates) == 1 and result.best_candidate == task.seed_candidate  # never best on 5 scores
+    [partial] = result.partial_candidates
+    assert partial.candidate["instruction"].endswith("Apply rule-3.") and partial.parents == (0,)
+    assert len(partial.val_scores) >= 5 and set(partial.val_scores.values()) == {1.0}
+    assert len(partial.val_scores) < len(task.valset)
+    assert partial.origin == "reflection" and partial.component == "instruction"
+    paid = {k for k in engine.state.rollouts}
+    assert result.rollouts_used == len(paid)  # the interrupted validation's rollouts are counted and kept
+    assert result.to_dict()["partial_candidates"][0]["val_scores"] == partial.val_scores
+
+
+def test_a_stop_during_seed_validation_keeps_the_seed_as_partial():
+    task = sim.task()
+
+    def stop_midway(kind, data):
+        if kind == "rollout" and data["used"] == 4:
+            engine.request_stop("interrupted (Ctrl-C)")
+
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=sim.SimTaskLM(latency=0.001),
+                                  reflection_lm=sim.SimReflectionLM(), budget=200, on_event=stop_midway)
+    result = gepetto.run_engine(engine)
+    assert result.candidates == [] and result.rollouts_used >= 4
+    assert [p.origin for p in result.partial_candidates] == ["seed"]
+    assert len(result.partial_candidates[0].val_scores) == result.rollouts_used
+
+
+def test_proposals_of_a_round_claim_their_texts_in_plan_order():
+    # both proposals of the round write the same text; the second one's answer arrives first
+    async def reflect(messages, params):
+        if _iteration(params) == 1:
+            await asyncio.sleep(0.05)
+        return PERFECT
+
+    result = run(reflection=ScriptedLM(reflect), budget=200, proposals_per_round=2, use_merge=False)
+    assert [c.iteration for c in result.candidates] == [0, 1]  # the first planned proposal owns the text
+    assert result.proposals["rejected: already tried"] == 1
+
+
+class FlakyTaskLM(sim.SimTaskLM):
+    """The simulated task LM behind an endpoint that fails (no answer at all) when `down(n, tries)` says so:
+    n counts all calls, tries the calls of this very request."""
+
+    def __init__(self, down, error=LMUnavailable):
+        super().__init__()
+        self.down, self.error, self.n, self.tries = down, error, 0, collections.Counter()
+
+    async def complete(self, messages, **params):
+        self.n += 1
+        key = str(messages)
+        self.tries[key] += 1
+        if self.down(self.n, self.tries[key]):
+            raise self.error(f"sim-task: gave up after 7 attempts; last error: HTTP 503 (call {self.n})")
+        return await super().complete(messages, **params)
+
+
+def test_lm_outages_are_retried_not_scored_and_change_nothing(tmp_path):
+    expected = run(reflection=sim.SimReflectionLM(noise=0.3, seed=2), budget=150, seed=1, max_lm_failures=3,
+                   lm_retry_pause=0)
+    store = RunStore(tmp_path / "s.sqlite")
+    store.create_run("r", {}, seed=1)
+    flaky = FlakyTaskLM(lambda n, tries: n % 5 == 0 and tries <= 2)  # one call in 5 fails, at most twice
+    task = sim.task()
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=flaky,
+                                  reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2), budget=150, seed=1,
+                                  max_lm_failures=3, lm_retry_pause=0, rollout_store=StoredRollouts(store, "r"))
+    got = gepetto.run_engine(engine)
+    assert fingerprint(got) == fingerprint(expected)  # same path, same scores: no failure became a 0
+    assert got.rollouts_used == store.count_rollouts("r") <= 150
+    assert not [r for r in store.rollouts("r").values() if r.error]  # no outage was stored as a score
+    assert got.ledger.roles["task"].errors > 0 and got.ledger.roles["task"].calls > got.rollouts_used
+
+
+def test_a_dead_endpoint_stops_the_run_and_keeps_what_was_paid():
+    task_lm = FlakyTaskLM(lambda n, tries: n > 20)  # dies after 20 answers (the seed validation and a bit more)
+    result = run(task_lm=task_lm, budget=150, max_lm_failures=4, lm_retry_pause=0)
+    assert result.stop_reason.startswith("LM unavailable: 4 LM calls in a row failed; LMUnavailable: sim-task")
+    assert result.rollouts_used == 20 and len(result.candidates) >= 1  # only answered rollouts are counted
+    assert result.seed_score == 0.0
+
+
+@pytest.mark.parametrize("role", ["task", "reflection"])
+def test_an_authentication_error_stops_the_run_at_once(role):
+    from gepetto.lm.base import AuthenticationError
+
+    class Refusing:
+        name = "refusing"
+
+        def __init__(self):
+            self.calls = 0
+
+        async def complete(self, messages, **params):
+            self.calls += 1
+            raise AuthenticationError("openai:m: HTTP 401: invalid api key (check the API key)")
+
+    lm = Refusing()
+    kw = {"task_lm": lm} if role == "task" else {"reflection": lm}
+    result = run(budget=150, lm_retry_pause=10, **kw)
+    assert result.stop_reason.startswith("LM unavailable: AuthenticationError: openai:m: HTTP 401")
+    assert lm.calls <= (8 if role == "task" else 1)  # no retries: it cannot heal (8 = rollouts started at once)
+    if role == "reflection":
+        assert result.candidates[0].origin == "seed" and result.rollouts_used >= 12  # the seed validation is kept
+
+
+def test_one_call_that_always_fails_stops_the_run_while_others_answer():
+    poison = "question 5 kind 1"
+    result = run(task_lm=_Poisoned(poison), budget=150,
+                 max_lm_failures=3, lm_retry_pause=0)
+    assert result.stop_reason.startswith("LM unavailable: one LM call failed 3 times; LMUnavailable")
+    assert result.rollouts_used == 11  # the seed's other 11 validation rollouts are kept, the poisoned one is not
+    assert [p.origin for p in result.partial_candidates] == ["seed"]
+
+
+class _Poisoned(sim.SimTaskLM):
+    def __init__(self, poison):
+        super().__init__()
+        self.poison = poison
+
+    async def complete(self, messages, **params):
+        if self.poison in messages[-1]["content"]:
+            raise LMUnavailable("sim-task: gave up after 7 attempts; last error: HTTP 500")
+        return await super().complete(messages, **params)
+
+
+@given(budget=st.integers(12, 120), seed=st.integers(0, 3), per_round=st.sampled_from([1, 3]),
+       every=st.integers(2, 6))
+@settings(max_examples=20, deadline=None)
+def test_budget_accounting_stays_exact_through_lm_outages(budget, seed, per_round, every):
+    task = sim.task(n_train=8, n_val=6, kinds=5)
+    flaky = FlakyTaskLM(lambda n, tries: n % every == 0 and tries <= 2)
+    result = run(task=task, task_lm=flaky, budget=budget, seed=seed, proposals_per_round=per_round,
+                 max_lm_failures=3, lm_retry_pause=0)
+    assert result.rollouts_used <= budget
+    u = result.ledger.roles["task"]
+    assert u.calls - u.errors == result.rollouts_used  # an outage is paid nothing and scored nothing
+    assert not result.stop_reason.startswith("LM unavailable")  # each call answers by its third try

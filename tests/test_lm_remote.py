@@ -10,7 +10,7 @@ import pytest
 
 import gepetto
 from gepetto.ledger import Ledger
-from gepetto.lm.base import LMError, MeteredLM, ScriptedLM
+from gepetto.lm.base import AuthenticationError, LMError, LMSetupError, LMUnavailable, MeteredLM, ScriptedLM
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm, parse_lm_name
 from gepetto.lm.openai import OpenAILM
@@ -105,12 +105,34 @@ async def test_client_errors_are_not_retried(server) -> None:
     assert lm.waits == [] and len(server.requests) == 1
 
 
-async def test_failed_call_becomes_a_failed_rollout_with_feedback(server) -> None:
+async def test_an_unreachable_lm_is_not_a_score_but_a_refused_request_is(server) -> None:
+    # a burst of 500s past the retries: the infrastructure failed, no verdict on the candidate
     server.faults["m"] = ["500"] * 3
     lm = lm_for(server, max_retries=2)
-    r = await run_rollout(single_instruction(), lambda e, o, t: 1.0, gepetto.Candidate(instruction="Say hi."),
-                          Example({"q": "hi"}, gold="x", id="e1"), lm)
-    assert r.score.value == 0.0 and "gave up after 3 attempts" in r.score.feedback and "HTTP 500" in r.score.feedback
+    cand, ex = gepetto.Candidate(instruction="Say hi."), Example({"q": "hi"}, gold="x", id="e1")
+    with pytest.raises(LMUnavailable, match=r"gave up after 3 attempts.*HTTP 500"):
+        await run_rollout(single_instruction(), lambda e, o, t: 1.0, cand, ex, lm)
+    server.faults["m"] = ["401"]  # a bad key: it cannot heal by retrying
+    with pytest.raises(AuthenticationError, match="HTTP 401"):
+        await run_rollout(single_instruction(), lambda e, o, t: 1.0, cand, ex, lm)
+    server.faults["m"] = ["404"]
+    with pytest.raises(LMSetupError, match="HTTP 404"):
+        await lm.complete(MSG)
+    server.faults["m"] = ["400"]  # the server refused this request (e.g. too long): the program failed
+    r = await run_rollout(single_instruction(), lambda e, o, t: 1.0, cand, ex, lm)
+    assert r.score.value == 0.0 and "HTTP 400" in r.score.feedback and r.stage == "program"
+
+
+async def test_an_lm_failure_wrapped_by_the_metric_is_still_unavailable() -> None:
+    async def judge_metric(example, output, trace):
+        try:
+            await ScriptedLM(lambda m, p: (_ for _ in ()).throw(LMUnavailable("judge down"))).complete(MSG)
+        except LMError as exc:
+            raise RuntimeError("the judge failed") from exc
+
+    with pytest.raises(LMUnavailable, match="judge down"):
+        await run_rollout(single_instruction(), judge_metric, gepetto.Candidate(instruction="x"),
+                          Example({"q": "x"}, id="e"), ScriptedLM(["fine"]))
 
 
 async def test_concurrency_limit_is_respected() -> None:

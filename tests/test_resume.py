@@ -5,14 +5,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from gepetto import sim
+from gepetto.runner import load_config, start_or_resume
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore
 
 SCRIPT = Path(__file__).parent / "helpers" / "kill_run.py"
 
 
-def _run(storage, name, kill_after):
-    return subprocess.run([sys.executable, str(SCRIPT), str(storage), name, str(kill_after)],
+def _run(storage, name, kill_after, per_round=1):
+    return subprocess.run([sys.executable, str(SCRIPT), str(storage), name, str(kill_after), str(per_round)],
                           capture_output=True, text=True, timeout=300)
 
 
@@ -47,3 +51,118 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path):
     assert [e["data"]["resumed"] for e in starts] == [False] + [True] * len(points)
     # the seed is validated once: its rollouts were never paid for again after the first kill
     assert all(e["data"]["stored_rollouts"] >= min(points) - 4 for e in starts[1:])
+
+
+# a SIGKILL in every phase: seed validation, parent minibatch, reflection (before the call and right after an
+# answer), a child's minibatch and validation, merge subsample and merge validation
+PHASE_KILLS = ["validation/seed:1:5", "minibatch:3:1", "reflection:4:0", "proposal:3:0", "validation/reflection:3:4",
+               "merge:1:0", "validation/merge:1:3", "validation/reflection:6:0"]
+
+
+def _killed_everywhere(tmp_path, per_round):
+    whole = _run(tmp_path / "whole.sqlite", "r", "never", per_round)
+    assert whole.returncode == 0, whole.stderr
+    expected, _ = _final(tmp_path / "whole.sqlite", "r")
+    origins = {c["origin"] for c in expected["candidates"]}
+    assert origins == {"seed", "reflection", "merge"}  # the path goes through every phase
+    storage = tmp_path / "killed.sqlite"
+    for when in PHASE_KILLS:
+        killed = _run(storage, "r", when, per_round)
+        assert killed.returncode == -9, (when, killed.stdout, killed.stderr)
+    final = _run(storage, "r", "never", per_round)
+    assert final.returncode == 0, final.stderr
+    got, snap = _final(storage, "r")
+    assert got == expected
+    assert snap["run"]["status"] == "finished"
+    assert snap["result"]["rollouts_used"] == RunStore(storage).count_rollouts("r")  # nothing paid twice
+
+
+def test_killed_in_every_phase_with_several_proposals_per_round_resumes_exactly(tmp_path):
+    _killed_everywhere(tmp_path, per_round=3)
+
+
+@pytest.mark.slow
+def test_killed_in_every_phase_with_one_proposal_per_round_resumes_exactly(tmp_path):
+    _killed_everywhere(tmp_path, per_round=1)
+
+
+def test_sigterm_stops_gracefully_and_the_run_resumes_exactly(tmp_path):
+    whole = _run(tmp_path / "whole.sqlite", "r", "never", 3)
+    expected, _ = _final(tmp_path / "whole.sqlite", "r")
+    storage = tmp_path / "t.sqlite"
+    stopped = _run(storage, "r", "sigterm:60", 3)
+    assert stopped.returncode == 0, stopped.stderr  # a graceful stop, like Ctrl-C
+    assert stopped.stdout.strip().endswith("interrupted (SIGTERM)")
+    snap = run_snapshot(RunStore(storage), "r")
+    assert snap["run"]["status"] == "interrupted" and snap["result"]["stop_reason"] == "interrupted (SIGTERM)"
+    final = _run(storage, "r", "never", 3)
+    assert final.returncode == 0, final.stderr
+    assert _final(storage, "r")[0] == expected and whole.returncode == 0
+
+
+class SampledReflection(sim.SimReflectionLM):
+    """A sampled reflection LM that ignores the `seed` parameter (as many APIs do): each process draws its own
+    answers, and some calls fail with an error that is not an outage."""
+
+    instances = 0
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        SampledReflection.instances += 1
+        self.rng = random.Random(SampledReflection.instances)
+
+    async def complete(self, messages, **params):
+        if self.rng.random() < 0.2:
+            self.calls += 1
+            raise ValueError("the prompt is too long for this model")
+        return await super().complete(messages, **{**params, "seed": self.rng.random()})
+
+
+def _sampled_lms(monkeypatch):
+    from gepetto.lm import names
+
+    real = names.make_lm
+    made = []
+
+    def make_lm(name):
+        lm = SampledReflection(noise=0.5) if name.startswith("sim:reflection") else real(name)
+        made.append(lm)
+        return lm
+
+    monkeypatch.setattr(names, "make_lm", make_lm)
+    return made
+
+
+def test_reflection_answers_and_errors_are_replayed_on_resume_with_the_cache_off(tmp_path, monkeypatch):
+    made = _sampled_lms(monkeypatch)
+    cfg = load_config(task="sim", task_lm="sim:task", reflection_lm="sim:reflection", budget=150, seed=3,
+                      cache="off", task_options={"kinds": 6})
+    _, first = start_or_resume(cfg, storage=tmp_path / "s.sqlite", run="r")
+    assert first.proposals.get("reflection error", 0) > 0
+    _, again = start_or_resume(cfg, storage=tmp_path / "s.sqlite", run="r")  # a new process would sample anew
+    assert [c.to_dict() for c in again.candidates] == [c.to_dict() for c in first.candidates]
+    assert again.proposals == first.proposals and again.rollouts_used == first.rollouts_used
+    reflection_lms = [lm for lm in made if isinstance(lm, SampledReflection)]
+    assert reflection_lms[-1].calls == 0  # every answer and error came from the run store
+
+
+def test_the_ledger_is_saved_with_each_rollout(tmp_path):
+    storage = tmp_path / "s.sqlite"
+    seen = []
+
+    def hook(kind, data):
+        if kind == "rollout":
+            stored = RunStore(storage).ledger("r")
+            seen.append((data["used"], stored.get("task", {}).get("calls", 0)))
+
+    cfg = load_config(task="sim", task_lm="sim:task", reflection_lm="sim:reflection", budget=60, seed=3)
+    start_or_resume(cfg, storage=storage, run="r", on_event=hook)
+    assert seen and all(used == calls for used, calls in seen)  # a kill now loses no task call's cost
+
+
+def test_lm_failure_options_are_run_options():
+    from gepetto.runner import ConfigError
+
+    assert load_config(max_lm_failures=2, lm_retry_pause=0.5).max_lm_failures == 2
+    with pytest.raises(ConfigError, match="max_lm_failures"):
+        load_config(max_lm_failures=0)

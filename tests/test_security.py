@@ -184,8 +184,10 @@ def test_no_secret_in_any_output_of_a_run(tmp_path, monkeypatch, caplog, capfd) 
     monkeypatch.setattr(names, "make_lm", make)
     runner = CliRunner()
     with FakeOpenAIServer(sim_responder()) as task_srv, FakeOpenAIServer(sim_responder()) as refl_srv:
-        # the task server is paired with the key; it rejects it in a provider-style error body
-        task_srv.faults["sim-task"] = [f"401:Incorrect API key provided: {FAKE_KEY}."] * 12
+        # the task server is paired with the key; it refuses requests quoting it in a provider-style error body
+        # (400: the request's fault, so those rollouts score 0 and the run goes on to reflection; a 401 would stop
+        # the run at once as an authentication error)
+        task_srv.faults["sim-task"] = [f"400:Invalid request for API key {FAKE_KEY}."] * 12
         task_lm = f"openai:sim-task@{task_srv.url}?api_key_env=OPENAI_API_KEY&max_retries=0"
         refl_lm = f"openai:sim-reflection@{refl_srv.url}"  # not paired: must never see the key
         res = runner.invoke(cli.app, ["optimize", "--task", "sim", "--task-lm", task_lm, "--reflection-lm", refl_lm,

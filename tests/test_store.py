@@ -4,7 +4,7 @@ import gepetto
 from gepetto import sim
 from gepetto.program import Rollout, TraceEntry
 from gepetto.store.snapshot import run_snapshot
-from gepetto.store.sqlite import RunStore, StoredRollouts
+from gepetto.store.sqlite import SCHEMA, RunStore, StoredRollouts
 from gepetto.types import Candidate, Example, Score
 
 
@@ -20,9 +20,28 @@ def test_rollouts_round_trip_and_are_idempotent(tmp_path):
     back = RunStore(tmp_path / "runs.sqlite").rollouts("r")[(cand.id, "ex-1")]
     assert back.score == run.score and back.output == {"answer": "x"}
     assert back.trace[0].to_dict() == run.trace[0].to_dict()
-    odd = Rollout("ex-2", Score(0.0, "boom"), object(), [], "ValueError: boom")
+    odd = Rollout("ex-2", Score(0.0, "boom"), object(), [], "ValueError: boom", "metric")
     store.put_rollout("r", cand, "ex-2", odd)  # non-JSON output is kept as its repr
-    assert store.rollouts("r")[(cand.id, "ex-2")].error == "ValueError: boom"
+    back = store.rollouts("r")[(cand.id, "ex-2")]
+    assert (back.error, back.stage) == ("ValueError: boom", "metric")  # a resumed run knows the metric failed
+
+
+def test_a_store_from_before_the_stage_and_pattern_columns_is_upgraded(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    old = SCHEMA.replace("    pattern TEXT NOT NULL DEFAULT '',\n    stage TEXT,\n", "")
+    assert old != SCHEMA
+    db.executescript(old)
+    assert not {"stage", "pattern"} & {row[1] for row in db.execute("PRAGMA table_info(evaluations)")}
+    db.close()
+    store = RunStore(path)
+    cand = Candidate(instruction="x")
+    store.put_rollout("r", cand, "e", Rollout("e", Score(1.0, "ok")))
+    store.put_rollout("r", cand, "f", Rollout("f", Score(0.0, "no", pattern="answered x, expected y")))
+    assert store.rollouts("r")[(cand.id, "e")].stage is None
+    assert store.rollouts("r")[(cand.id, "f")].score.pattern == "answered x, expected y"
 
 
 def test_runs_status_and_listing(tmp_path):

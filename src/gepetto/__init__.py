@@ -4,11 +4,12 @@ from gepetto.api import Evaluation, build_engine, evaluate, evaluate_async, opti
 from gepetto.engine.loop import Engine, EngineConfig, Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMError, ScriptedLM, Usage
-from gepetto.program import Context, Rollout, Task, TraceEntry, single_instruction
+from gepetto.program import Context, MetricError, Rollout, Task, TraceEntry, single_instruction
 from gepetto.types import Candidate, Example, Score
 
 __all__ = [
     "LM", "Candidate", "Completion", "Context", "Engine", "EngineConfig", "Evaluation", "Example", "LMError", "Ledger",
+    "MetricError",
     "Result", "Rollout", "Score", "ScriptedLM", "Task", "TraceEntry", "Usage", "build_engine", "evaluate",
     "evaluate_async", "optimize",
     "optimize_async", "run_engine", "single_instruction",

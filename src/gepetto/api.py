@@ -105,7 +105,8 @@ def optimize(
     `program(candidate, example, ctx)` runs the user's system (default: the seed's one instruction as the
     system prompt, the example's input as the user message). Other keywords: valset, task_lm,
     reflection_lm, on_event, and the EngineConfig options (budget, seed, minibatch_size, max_concurrency,
-    use_merge, time_limit, patience, target_score, stop_file, ...). Ctrl-C returns the best so far.
+    use_merge, time_limit, patience, target_score, stop_file, max_lm_failures, ...). Ctrl-C or SIGTERM returns
+    the best so far.
     """
     engine = build_engine(seed_candidate, trainset, metric, **kwargs)
     return run_engine(engine)
@@ -133,7 +134,10 @@ async def evaluate_async(
     max_concurrency: int = 8,
     lm_params: Mapping[str, Any] | None = None,
 ) -> Evaluation:
-    """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout."""
+    """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout.
+
+    A program or metric error scores 0; an LM that gives no answer at all raises `LMUnavailable` instead.
+    """
     cand, program = _candidate_and_program(candidate, program)
     lm, data = RedactingLM(resolve_lm(task_lm)), _as_examples(examples)
     sem = asyncio.Semaphore(max_concurrency)
@@ -161,19 +165,25 @@ def evaluate(*args: Any, **kwargs: Any) -> Evaluation:
     return asyncio.run(main())
 
 
+STOP_SIGNALS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "interrupted (SIGTERM)"}
+
+
 def run_engine(engine: Engine) -> Result:
-    """Run an engine to the end in a fresh event loop; the first Ctrl-C stops it gracefully."""
+    """Run an engine to the end in a fresh event loop; Ctrl-C (SIGINT) or SIGTERM stops it gracefully, keeping
+    everything paid for (a stored run is then resumable)."""
 
     async def main() -> Result:
         loop = asyncio.get_running_loop()
         handled = threading.current_thread() is threading.main_thread()
         if handled:
-            loop.add_signal_handler(signal.SIGINT, engine.request_stop, "interrupted (Ctrl-C)")
+            for sig, reason in STOP_SIGNALS.items():
+                loop.add_signal_handler(sig, engine.request_stop, reason)
         try:
             return await engine.run()
         finally:
             if handled:
-                loop.remove_signal_handler(signal.SIGINT)
+                for sig in STOP_SIGNALS:
+                    loop.remove_signal_handler(sig)
             # HTTP clients belong to this loop: close them here, not at exit from a loop that is gone
             await aclose_lm(engine.task_lm)
             await aclose_lm(engine.reflection_lm)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gepetto.lm.base import LM, Completion, LMError, Message
+from gepetto.lm.base import LM, Completion, LMError, LMUnavailable, Message
 from gepetto.types import Candidate, Example, Score
 
 Program = Callable[[Candidate, Example, "Context"], Any]  # may be sync or async
@@ -95,6 +95,10 @@ def check_answer(component: str, text: str, params: Mapping[str, Any]) -> None:
                           f"char {exc.pos}): {text[:120]!r}") from None
 
 
+class MetricError(ValueError):
+    """The metric is unusable: it failed the same way on every validation example of the seed."""
+
+
 @dataclass
 class Rollout:
     """One program run on one example, judged by the metric."""
@@ -104,6 +108,20 @@ class Rollout:
     output: Any = None
     trace: list[TraceEntry] = field(default_factory=list)
     error: str | None = None
+    stage: str | None = None  # where `error` happened: "program" or "metric"
+
+
+def check_metric(runs: Sequence[Rollout]) -> None:
+    """Raise MetricError when every rollout failed in the metric with the same kind of error (a broken metric
+    would otherwise score 0 everywhere and burn the whole budget)."""
+    failed = [r for r in runs if r.stage == "metric"]
+    kinds = {(r.error or "").split(":", 1)[0] for r in failed}
+    if runs and len(failed) == len(runs) and len(kinds) == 1:
+        first = failed[0]
+        raise MetricError(
+            f"the metric failed on all {len(runs)} validation examples of the seed with {kinds.pop()}, e.g. on "
+            f"{first.example_id!r}: {first.error}. A metric must return a gepetto.Score or a number in [0, 1] "
+            f"(float, int, bool or a numpy scalar); fix it and run again")
 
 
 async def run_rollout(
@@ -114,7 +132,11 @@ async def run_rollout(
     task_lm: LM,
     lm_params: Mapping[str, Any] | None = None,
 ) -> Rollout:
-    """Run the program and the metric; an exception in either becomes score 0 with the error as feedback."""
+    """Run the program and the metric; an exception in either becomes score 0 with the error as feedback.
+
+    Except when the LM infrastructure failed (LMUnavailable, also wrapped by the program or metric as the cause
+    of its own error): that is no verdict on the candidate, so it is raised for the caller to retry later.
+    """
     ctx = Context(candidate, task_lm, dict(lm_params or {}), _loop=asyncio.get_running_loop())
     stage = "program"
     try:
@@ -133,9 +155,23 @@ async def run_rollout(
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a failed rollout, not a failed run
+        unavailable = _unavailable(exc)
+        if unavailable is not None:
+            raise unavailable from None
         msg = f"{type(exc).__name__}: {exc}"
         feedback = f"The {stage} raised an error on this example, so it scored 0. Error: {msg}"
-        return Rollout(example.id, Score(0.0, feedback), None, ctx.trace, error=msg)
+        return Rollout(example.id, Score(0.0, feedback), None, ctx.trace, error=msg, stage=stage)
+
+
+def _unavailable(exc: BaseException | None) -> LMUnavailable | None:
+    """The LMUnavailable in an exception's chain of causes, if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, LMUnavailable):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _is_async(fn: Any) -> bool:

@@ -16,11 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gepetto.api import build_engine, run_engine
 from gepetto.engine.loop import EventHandler, Result
 from gepetto.ledger import Ledger
-from gepetto.store.sqlite import RunStore, StoredRollouts
+from gepetto.program import MetricError
+from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts
 
 DEFAULT_STORAGE = "gepetto.sqlite"
 # options that may change when a run is resumed (they do not alter the path the run has taken so far)
-RESUMABLE_CHANGES = {"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices"}
+RESUMABLE_CHANGES = {"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices",
+                     "max_lm_failures", "lm_retry_pause"}
 
 
 class ConfigError(ValueError):
@@ -52,6 +54,8 @@ class RunConfig(BaseModel):
     cache: Literal["auto", "always", "off"] = "auto"
     proposals_per_round: int = Field(1, ge=1, description="proposals tried at once (for slow parallel APIs)")
     proposer: Literal["edit", "rewrite"] = "rewrite"
+    max_lm_failures: int = Field(5, ge=1, description="LM outages in a row (or of one call) that stop the run")
+    lm_retry_pause: float = Field(5.0, ge=0, description="seconds before a call the LM gave no answer to is retried")
     # price table: LM name -> [dollars per million input tokens, per million output tokens]
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
@@ -180,9 +184,11 @@ def start_or_resume(
         store.put_examples(name, "train", task.trainset)
         store.put_examples(name, "val", task.valset)
     rollouts = StoredRollouts(store, name)
-    # reflection answers are always replayed on resume (even sampled ones): that is what makes resume exact
+    # reflection answers (and errors) are kept with the run and replayed on resume, even sampled ones and with
+    # the cache off: that is what makes resume exact
     task_lm = _cached(make_lm(cfg.task_lm), storage, cfg.cache)
-    reflection_lm = _cached(make_lm(cfg.reflection_lm), storage, "off" if cfg.cache == "off" else "always")
+    reflection_lm = RecordedLM(_cached(make_lm(cfg.reflection_lm), storage, "off" if cfg.cache == "off" else "always"),
+                               store, name)
     session = len(store.events(name, "start"))
     store.add_event(name, "start", {"session": session, "resumed": resumed,
                                     "stored_rollouts": rollouts.stored_at_start})
@@ -190,8 +196,8 @@ def start_or_resume(
     def record(kind: str, data: dict[str, Any]) -> None:
         if kind == "candidate":
             store.put_candidate(name, data["record"])
-        elif kind == "iteration":
-            store.save_ledger(name, ledger.to_dict())
+        elif kind in ("rollout", "reflection", "reflection_error", "lm_unavailable"):
+            store.save_ledger(name, ledger.to_dict())  # a kill loses no cost already incurred
         elif kind in ("proposal", "merge", "plan"):
             store.add_event(name, kind, {"session": session, **{k: v for k, v in data.items() if k != "plan"}})
         if on_event is not None:
@@ -204,13 +210,21 @@ def start_or_resume(
         use_merge=cfg.use_merge, max_merges=cfg.max_merges, time_limit=cfg.time_limit, patience=cfg.patience,
         target_score=cfg.target_score, stop_file=stop_file, proposals_per_round=cfg.proposals_per_round,
         proposer=cfg.proposer,
+        max_lm_failures=cfg.max_lm_failures, lm_retry_pause=cfg.lm_retry_pause,
     )
     try:
         result = run_engine(engine)
+    except MetricError:
+        # the seed's rollouts hold no scores, only the broken metric's errors: a resume with a fixed metric
+        # scores them again (the task LM's answers come back from the response cache)
+        store.delete_rollouts(name, task.seed_candidate.id)
+        store.finish_run(name, "failed", None)
+        raise
     except BaseException:
         store.finish_run(name, "failed", None)
         raise
-    status = "interrupted" if result.stop_reason.startswith("interrupted") else "finished"
+    # a run stopped by a Ctrl-C or a failing LM endpoint has more to do: resuming it goes on
+    status = "interrupted" if result.stop_reason.startswith(("interrupted", "LM unavailable")) else "finished"
     store.save_ledger(name, ledger.to_dict())
     store.finish_run(name, status, result.to_dict())
     store.add_event(name, "done", {"session": session, "replayed_rollouts": rollouts.replayed,

@@ -121,7 +121,7 @@ class FakeOpenAIServer:
                 if kind == "429":
                     err = {"error": {"message": "rate limited", "type": "rate_limit"}}
                     self._send(429, json.dumps(err).encode(), {"Retry-After": arg or "0"})
-                elif kind in ("500", "503", "400", "401"):
+                elif kind in ("500", "503", "400", "401", "403", "404"):
                     self._send(int(kind), json.dumps({"error": {"message": arg or f"fault {kind}"}}).encode())
                 elif kind == "reset":
                     self.close_connection = True

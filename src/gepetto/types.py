@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +88,22 @@ class Example:
         return self.inputs[key]
 
 
+def as_real(value: Any) -> float | None:
+    """`value` as a float if it is a real number (int, float, bool, numpy scalar, anything with `__float__`)."""
+    if isinstance(value, (str, bytes)) or (isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real)):
+        return None
+    if isinstance(value, numbers.Real) or hasattr(type(value), "__float__"):
+        try:
+            return float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return None
+
+
+def _shown(value: Any) -> str:
+    return f"{type(value).__name__}: {value!r}"[:200]
+
+
 @dataclass(frozen=True)
 class Score:
     """A metric's verdict on one rollout: value in [0, 1], feedback in words, optional named objectives.
@@ -102,23 +119,28 @@ class Score:
     pattern: str = ""
 
     def __post_init__(self) -> None:
-        v = float(self.value)
+        v = as_real(self.value)
+        if v is None:
+            raise TypeError(f"Score.value must be a number in [0, 1], got {_shown(self.value)}")
         if math.isnan(v) or not 0.0 <= v <= 1.0:
-            raise ValueError(f"Score.value must be in [0, 1], got {self.value!r}")
+            raise ValueError(f"Score.value must be in [0, 1], got {_shown(self.value)}")
         object.__setattr__(self, "value", v)
+        if self.objectives:  # numpy scalars become floats (they are stored as JSON)
+            objectives = {k: x if (x := as_real(o)) is not None else o for k, o in self.objectives.items()}
+            object.__setattr__(self, "objectives", objectives)
 
     @classmethod
-    def coerce(cls, result: Score | float | int | bool) -> Score:
-        """Accept a bare number from a metric and give it an automatic feedback line."""
+    def coerce(cls, result: Any) -> Score:
+        """Accept a bare number from a metric (int, float, bool, numpy scalar) and give it a feedback line."""
         if isinstance(result, Score):
             return result
-        if isinstance(result, (int, float)):
-            v = float(result)
-            if v >= 1.0:
-                note = "The output is correct."
-            elif v <= 0.0:
-                note = "The output is wrong (score 0)."
-            else:
-                note = f"The output is partly right (score {v:.2f})."
-            return cls(v, note)
-        raise TypeError(f"a metric must return a Score or a number in [0, 1], got {type(result).__name__}")
+        v = as_real(result)
+        if v is None:
+            raise TypeError(f"a metric must return a Score or a number in [0, 1], got {_shown(result)}")
+        if v >= 1.0:
+            note = "The output is correct."
+        elif v <= 0.0:
+            note = "The output is wrong (score 0)."
+        else:
+            note = f"The output is partly right (score {v:.2f})."
+        return cls(v, note)

@@ -1,4 +1,13 @@
-"""Run (or resume) a stored simulated optimisation; SIGKILL itself after N rollout events (N < 0: never)."""
+"""Run (or resume) a stored simulated optimisation and kill itself at a chosen point.
+
+    kill_run.py STORAGE RUN WHEN [PROPOSALS_PER_ROUND]
+
+WHEN: -1 never, N: SIGKILL after N rollout events (these two on one component, no merge); or, on two components
+with merges: never; EVENT:K:R: SIGKILL R rollouts after the K-th EVENT, where
+EVENT is a phase (validation/seed, minibatch, reflection, validation/reflection, validation/merge) or an engine
+event (merge, proposal, candidate); sigterm:N: SIGTERM after N rollouts (a graceful stop). Events are counted
+from the start of this session, replayed ones included.
+"""
 
 import os
 import signal
@@ -6,19 +15,42 @@ import sys
 
 from gepetto.runner import load_config, start_or_resume
 
-storage, run, kill_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
-cfg = load_config(task="sim", task_lm="sim:task?latency=0.002", reflection_lm="sim:reflection?noise=0.4&seed=5",
-                  budget=150, seed=3, max_concurrency=4, task_options={"kinds": 6})
-seen = 0
+storage, run, when = sys.argv[1], sys.argv[2], sys.argv[3]
+per_round = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+if when.lstrip("-").isdigit():
+    cfg = load_config(task="sim", task_lm="sim:task?latency=0.002", reflection_lm="sim:reflection?noise=0.4&seed=5",
+                      budget=150, seed=3, max_concurrency=4, task_options={"kinds": 6},
+                      proposals_per_round=per_round)
+else:
+    cfg = load_config(task="sim", task_lm="sim:task?latency=0.002",
+                      reflection_lm="sim:reflection?noise=0.3&seed=5&forget=true&max_rules=2", budget=200, seed=2,
+                      max_concurrency=4, task_options={"kinds": 6, "components": 2}, proposals_per_round=per_round)
+sig = signal.SIGKILL
+if when.startswith("sigterm:"):
+    sig, when = signal.SIGTERM, when.split(":", 1)[1]
+if when.lstrip("-").isdigit():
+    event, count, extra = "rollout", int(when), 0
+elif when == "never":
+    event, count, extra = "never", -1, 0
+else:
+    event, count, extra = when.split(":")[0], int(when.split(":")[1]), int(when.split(":")[2])
+seen, armed = 0, 0
 
 
 def hook(kind, data):
-    global seen
-    if kind == "rollout":
+    global seen, armed
+    name = data["phase"] + (f"/{data['origin']}" if "origin" in data else "") if kind == "phase" else kind
+    if kind == "rollout" and armed:
+        armed -= 1
+        if armed == 0:
+            os.kill(os.getpid(), sig)  # SIGKILL: no cleanup, no flush, as hard as a crash
+    if name == event and count >= 0:
         seen += 1
-        if 0 <= kill_after <= seen:
-            os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no flush: as hard as a crash
+        if seen == count:
+            armed = extra
+            if extra == 0:
+                os.kill(os.getpid(), sig)
 
 
 name, result = start_or_resume(cfg, storage=storage, run=run, on_event=hook)
-print(result.best_score, result.rollouts_used)
+print(result.best_score, result.rollouts_used, result.stop_reason)

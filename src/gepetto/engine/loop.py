@@ -10,21 +10,22 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from gepetto.engine import edits
 from gepetto.engine.merge import find_merge
 from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.ledger import Ledger
-from gepetto.lm.base import LM, MeteredLM
-from gepetto.program import Metric, Program, Rollout, run_rollout
+from gepetto.lm.base import LM, LMSetupError, LMUnavailable, MeteredLM
+from gepetto.program import Metric, Program, Rollout, check_metric, run_rollout
 from gepetto.types import Candidate, Example
 
 EventHandler = Callable[[str, dict[str, Any]], None]
+T = TypeVar("T")
 
 
 class RolloutStore(Protocol):
@@ -65,6 +66,11 @@ class EngineConfig:
     evidence_size: int = 8  # edit: paid training rollouts a parent needs before its mistakes are grouped
     gate_solved: int = 3  # edit: solved examples added to the child's test, so rules that break them fail
     rule_max_tokens: int = 120
+    # an LM call that fails for infrastructure reasons (LMUnavailable, after the backend's own retries) is no
+    # result: it is made again after `lm_retry_pause` seconds; this many failures in a row stop the run (an
+    # LMSetupError such as HTTP 401 stops it at once), keeping everything paid so far
+    max_lm_failures: int = 5
+    lm_retry_pause: float = 5.0
 
 
 @dataclass
@@ -84,6 +90,9 @@ class Result:
     proposals: dict[str, int]
     history: list[tuple[int, float]]
     wall_seconds: float
+    # candidates whose validation a stop interrupted: scores on the examples paid so far (index -1). They are
+    # not in the pool and never chosen as best on partial scores; a resumed run replays their rollouts for free
+    partial_candidates: list[CandidateRecord] = field(default_factory=list)
 
     @property
     def best_index(self) -> int:
@@ -106,6 +115,7 @@ class Result:
             "pareto_front": self.pareto_front, "rollouts_used": self.rollouts_used, "budget": self.budget,
             "ledger": self.ledger.to_dict(), "stop_reason": self.stop_reason, "iterations": self.iterations,
             "proposals": self.proposals, "history": self.history, "wall_seconds": self.wall_seconds,
+            "partial_candidates": [c.to_dict() for c in self.partial_candidates],
         }
 
 
@@ -122,6 +132,15 @@ class _Plan:
     component: str
     batch: list[Example]
     cost: int
+
+
+@dataclass
+class _Turn:
+    """Proposals of a round claim their texts in plan order: each waits until the one before has claimed a text
+    or given up, so which proposal owns a text never depends on which reflection answer arrived first."""
+
+    before: asyncio.Event | None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Engine:
@@ -160,9 +179,11 @@ class Engine:
         self._tried: set[str] = set()  # ids of every child ever proposed (never pay twice for one text)
         # edit reflection's memory: (parent id, component) -> failure pattern -> rules that did not help
         self._rules_tried: dict[tuple[str, str], dict[str, list[str]]] = {}
+        self._validating: dict[str, CandidateRecord] = {}  # validations begun and not yet committed
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
         self._since_improvement = 0
+        self._lm_failures = 0  # LM infrastructure failures in a row
 
     # ---- public control -------------------------------------------------------------------------
     def request_stop(self, reason: str = "stop requested") -> None:
@@ -209,6 +230,7 @@ class Engine:
         except asyncio.CancelledError:
             if self._stop_reason is None:
                 raise
+            self._commit_validated()
         except _OutOfBudget as exc:
             self._stop_reason = str(exc)
         finally:
@@ -241,7 +263,9 @@ class Engine:
         """Plan up to `proposals_per_round` proposals, try them concurrently, add the accepted ones in order.
 
         The budget for every planned proposal's worst case is set aside before any of them starts, so a
-        round never overspends; results are committed in plan order, so timing never changes the outcome.
+        round never overspends. Texts are claimed and children committed in plan order, so timing never changes
+        the outcome. A stop still commits the children already validated (in plan order); proposals in flight
+        are given up, their paid rollouts kept (an interrupted validation shows in `Result.partial_candidates`).
         """
         cfg, st = self.config, self.state
         plans: list[_Plan] = []
@@ -254,22 +278,47 @@ class Engine:
                 break
             reserved += plan.cost
             plans.append(plan)
-        outcomes = await asyncio.gather(*(self._try_proposal(p) for p in plans))
-        for plan, outcome in zip(plans, outcomes, strict=True):
-            if outcome is not None:
-                child, scores = outcome
-                self._commit(child, (plan.parent_idx,), "reflection", plan.component, scores, plan.iteration)
-                if cfg.use_merge:
-                    st.merges_due += 1
 
-    async def _try_proposal(self, plan: _Plan) -> tuple[Candidate, dict[str, float]] | None:
+        async def in_turn(plan: _Plan, turn: _Turn) -> tuple[Candidate, dict[str, float]] | None:
+            try:
+                return await self._try_proposal(plan, turn)
+            finally:
+                turn.done.set()  # gave up before claiming a text (or failed): the next proposal may decide
+
+        turns: list[_Turn] = []
+        for _ in plans:
+            turns.append(_Turn(turns[-1].done if turns else None))
+        tries = [asyncio.ensure_future(in_turn(p, t)) for p, t in zip(plans, turns, strict=True)]
+        try:
+            await asyncio.gather(*tries)
+        finally:  # also when the round is cancelled by a stop: what was validated is kept
+            for plan, task in zip(plans, tries, strict=True):
+                task.cancel()  # no-op when done
+                outcome = self._outcome(task, plan.iteration)
+                if outcome is not None:
+                    child, scores = outcome
+                    self._commit(child, (plan.parent_idx,), "reflection", plan.component, scores, plan.iteration)
+                    if cfg.use_merge:
+                        st.merges_due += 1
+
+    def _outcome(self, task: asyncio.Future, iteration: int) -> tuple[Candidate, dict[str, float]] | None:
+        """What a try gave: its result, or, when a stop cut it short after its last validation rollout, the
+        child and its scores from the state."""
+        if task.done() and not task.cancelled() and task.exception() is None:
+            return task.result()
+        rec = next((r for r in self._validating.values() if r.origin == "reflection" and r.iteration == iteration),
+                   None)
+        scores = self._paid_scores(rec.candidate) if rec is not None else {}
+        return (rec.candidate, scores) if rec is not None and len(scores) == len(self.valset) else None
+
+    async def _try_proposal(self, plan: _Plan, turn: _Turn | None = None) -> tuple[Candidate, dict[str, float]] | None:
         """Minibatch, reflection, child minibatch and, if better, validation: the child's scores or None."""
         cfg, st = self.config, self.state
         parent = st.records[plan.parent_idx].candidate
         self.on_event("phase", {"phase": "minibatch", "candidate": plan.parent_idx, "component": plan.component})
         parent_runs = await self._evaluate(parent, plan.batch)
         if cfg.proposer == "edit":
-            return await self._try_edit(plan, parent)
+            return await self._try_edit(plan, parent, turn)
         if all(r.score.value >= cfg.perfect_score for r in parent_runs):
             st.proposals["skipped: parent perfect on minibatch"] += 1
             return None
@@ -281,10 +330,9 @@ class Engine:
         if text is None:
             return None
         child = parent.replace(plan.component, text)
-        if child.id in self._tried:
+        if not await self._claim(child, turn):
             st.proposals["rejected: already tried"] += 1
             return None
-        self._tried.add(child.id)
         child_runs = await self._evaluate(child, plan.batch)
         before, after = sum(r.score.value for r in parent_runs), sum(r.score.value for r in child_runs)
         accepted = after > before if cfg.accept == "strict" else after >= before
@@ -294,9 +342,20 @@ class Engine:
             st.proposals["rejected: not better on minibatch"] += 1
             return None
         st.proposals["accepted"] += 1
-        return child, await self._validate(child, "reflection")
+        return child, await self._validate(child, (plan.parent_idx,), "reflection", plan.component, plan.iteration)
 
-    async def _try_edit(self, plan: _Plan, parent: Candidate) -> tuple[Candidate, dict[str, float]] | None:
+    async def _claim(self, child: Candidate, turn: _Turn | None) -> bool:
+        """Mark `child` as tried; False if it already was. Within a round, in plan order (see `_Turn`)."""
+        if turn is not None and turn.before is not None:
+            await turn.before.wait()
+        fresh = child.id not in self._tried
+        self._tried.add(child.id)
+        if turn is not None:
+            turn.done.set()
+        return fresh
+
+    async def _try_edit(self, plan: _Plan, parent: Candidate, turn: _Turn | None = None
+                        ) -> tuple[Candidate, dict[str, float]] | None:
         """One rule for one frequent mistake of the parent, tested on its failures and on solved cases."""
         cfg, st = self.config, self.state
         evidence = [r for e in self.trainset if (r := st.known(parent, e.id)) is not None]
@@ -312,10 +371,9 @@ class Engine:
         if rule is None:
             return None
         child = parent.replace(plan.component, edits.apply_rule(current, rule))
-        if child.id in self._tried:
+        if not await self._claim(child, turn):
             st.proposals["rejected: already tried"] += 1
             return None
-        self._tried.add(child.id)
         by_id = {e.id: e for e in self.trainset}
         gate = [by_id[i] for i in edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size,
                                                     cfg.gate_solved, rng)]
@@ -333,7 +391,7 @@ class Engine:
         st.proposals["accepted"] += 1
         # rules that failed on the parent would fail on the child too: it inherits the memory
         self._rules_tried[(child.id, plan.component)] = {p: list(r) for p, r in tried.items()}
-        return child, await self._validate(child, "reflection")
+        return child, await self._validate(child, (plan.parent_idx,), "reflection", plan.component, plan.iteration)
 
     async def _ask_rule(self, current: str, focus: edits.Focus, plan: _Plan, tried_rules: list[str]) -> str | None:
         """Ask the reflection LM for one rule; vet each answer and retry a bounded number of times."""
@@ -346,7 +404,7 @@ class Engine:
             params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": cfg.rule_max_tokens,
                       "seed": cfg.seed * 100_003 + plan.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
             try:
-                out = await self.reflection_lm.complete(messages, **params)
+                out = await self._retrying(self.reflection_lm.complete, messages, **params)
             except Exception as exc:  # a flaky reflection LM costs an attempt, not the run
                 st.proposals["reflection error"] += 1
                 self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
@@ -388,7 +446,8 @@ class Engine:
         self.on_event("merge", {"parents": (i, j), "subsample_score": got, "bar": bar, "accepted": accepted})
         st.proposals["merge accepted" if accepted else "merge rejected"] += 1
         if accepted:
-            self._commit(child, (i, j), "merge", None, await self._validate(child, "merge"), st.iteration)
+            self._commit(child, (i, j), "merge", None, await self._validate(child, (i, j), "merge", None, st.iteration),
+                         st.iteration)
 
     async def _propose(self, current: str, examples: list[ReflectionExample], iteration: int) -> str | None:
         """Ask the reflection LM for a new text; vet each answer and retry a bounded number of times."""
@@ -401,7 +460,7 @@ class Engine:
             params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": max_tokens,
                       "seed": cfg.seed * 100_003 + iteration * 10 + attempt, "stop": [CLOSE_TAG]}
             try:
-                out = await self.reflection_lm.complete(messages, **params)
+                out = await self._retrying(self.reflection_lm.complete, messages, **params)
             except Exception as exc:  # a flaky reflection LM costs an attempt, not the run
                 st.proposals["reflection error"] += 1
                 self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
@@ -434,9 +493,7 @@ class Engine:
             try:
                 run = store.get(*key) if store is not None else None
                 if run is None:
-                    async with sem:
-                        run = await run_rollout(self.program, self.metric, candidate, ex, self.task_lm,
-                                                self.config.task_lm_params)
+                    run = await self._retrying(self._run_rollout, sem, candidate, ex)
                     if store is not None:
                         store.put(candidate, ex.id, run)
                 st.rollouts[key] = run
@@ -457,16 +514,55 @@ class Engine:
 
         return list(await asyncio.gather(*(one(e) for e in examples)))
 
+    async def _run_rollout(self, sem: asyncio.Semaphore, candidate: Candidate, ex: Example) -> Rollout:
+        async with sem:
+            return await run_rollout(self.program, self.metric, candidate, ex, self.task_lm, self.config.task_lm_params)
+
+    async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """`call(...)`, made again while the LM infrastructure fails (LMUnavailable: no answer, so no result to
+        keep, count or store). Stops the run when that cannot heal (LMSetupError) or keeps happening: on
+        `max_lm_failures` failures in a row, or of this one call (one that always fails while others answer)."""
+        cfg = self.config
+        tries = 0
+        while True:
+            try:
+                out = await call(*args, **kwargs)
+            except LMUnavailable as exc:
+                self._lm_failures += 1
+                tries += 1
+                error = f"{type(exc).__name__}: {exc}"
+                self.on_event("lm_unavailable", {"error": error, "in_a_row": self._lm_failures})
+                if isinstance(exc, LMSetupError):
+                    what = ""
+                elif self._lm_failures >= cfg.max_lm_failures:
+                    what = f"{self._lm_failures} LM calls in a row failed; "
+                elif tries >= cfg.max_lm_failures:
+                    what = f"one LM call failed {tries} times; "
+                else:
+                    await asyncio.sleep(cfg.lm_retry_pause)
+                    continue
+                self.request_stop(f"LM unavailable: {what}{error} (everything paid so far is kept; fix the LM and "
+                                  f"resume)")
+                raise asyncio.CancelledError from exc
+            self._lm_failures = 0
+            return out
+
     async def _add_candidate(
         self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None
     ) -> None:
-        self._commit(candidate, parents, origin, component, await self._validate(candidate, origin),
-                     self.state.iteration)
+        iteration = self.state.iteration
+        self._commit(candidate, parents, origin, component,
+                     await self._validate(candidate, parents, origin, component, iteration), iteration)
 
-    async def _validate(self, candidate: Candidate, origin: str) -> dict[str, float]:
+    async def _validate(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
+                        iteration: int) -> dict[str, float]:
         """Scores on the whole validation set (its cost was set aside when the step was planned)."""
         self.on_event("phase", {"phase": "validation", "origin": origin})
+        # until committed, a stop leaves it a partial candidate (see `_partial_candidates`)
+        self._validating[candidate.id] = CandidateRecord(-1, candidate, parents, origin, iteration, component, {}, 0)
         runs = await self._evaluate(candidate, self.valset)
+        if origin == "seed":
+            check_metric(runs)  # a metric that cannot score anything stops the run before it burns the budget
         return {r.example_id: r.score.value for r in runs}
 
     def _commit(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
@@ -476,6 +572,7 @@ class Engine:
                                  st.rollouts_used)
         st.add_record(record)
         self._tried.add(candidate.id)
+        self._validating.pop(candidate.id, None)
         self.on_event("candidate", {"record": record, "best": st.best().mean, "front": st.archive.front})
 
     def _afford(self, cost: int, what: str) -> None:
@@ -548,15 +645,39 @@ class Engine:
                 "best": st.best().mean if st.records else None, "front": len(st.archive.front),
                 "candidates": len(st.records)}
 
+    def _paid_scores(self, candidate: Candidate) -> dict[str, float]:
+        """The validation scores of `candidate` paid for so far."""
+        runs = [self.state.rollouts.get((candidate.id, e.id)) for e in self.valset]
+        return {r.example_id: r.score.value for r in runs if r is not None}
+
+    def _commit_validated(self) -> None:
+        """After a stop: commit a seed or merge child whose validation finished just before the step was cut
+        (children of a round are handled by the round, in plan order)."""
+        for rec in list(self._validating.values()):
+            scores = self._paid_scores(rec.candidate)
+            if len(scores) == len(self.valset):
+                self._commit(rec.candidate, rec.parents, rec.origin, rec.component, scores, rec.iteration)
+
+    def _partial_candidates(self) -> list[CandidateRecord]:
+        """Candidates whose validation was interrupted, with the validation scores already paid for."""
+        out = []
+        for rec in self._validating.values():
+            scores = self._paid_scores(rec.candidate)
+            if scores:
+                out.append(CandidateRecord(-1, rec.candidate, rec.parents, rec.origin, rec.iteration, rec.component,
+                                           scores, self.state.rollouts_used))
+        return out
+
     def _result(self, reason: str, seconds: float) -> Result:
         st = self.state
+        partial = self._partial_candidates()
         if not st.records:  # stopped before the seed was validated
             return Result(self.seed, float("nan"), float("nan"), [], [], st.rollouts_used, st.budget,
-                          st.ledger, reason, st.iteration, dict(st.proposals), [], seconds)
+                          st.ledger, reason, st.iteration, dict(st.proposals), [], seconds, partial)
         best = st.best()
         return Result(best.candidate, best.mean, st.records[0].mean, list(st.records), st.archive.front,
                       st.rollouts_used, st.budget, st.ledger, reason, st.iteration, dict(st.proposals),
-                      list(st.history), seconds)
+                      list(st.history), seconds, partial)
 
 
 def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Example], cfg: EngineConfig) -> None:
@@ -571,12 +692,19 @@ def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Examp
         ids = [e.id for e in data]
         if len(set(ids)) != len(ids):
             raise ValueError(f"{name} has duplicate example ids; every example needs a distinct id")
+    # rollouts are keyed by (candidate, example id) across splits: one id must name one example everywhere
+    in_train = {e.id: e for e in train}
+    for e in val:
+        other = in_train.get(e.id)
+        if other is not None and (dict(other.inputs), other.gold) != (dict(e.inputs), e.gold):
+            raise ValueError(f"example id {e.id!r} names different examples in trainset and valset; an id must name "
+                             f"one example in every split (e.g. prefix ids with the split name: 'train-0', 'val-0')")
     if cfg.components:
         missing = [c for c in cfg.components if c not in seed]
         if missing:
             raise ValueError(f"components {missing} are not in the seed candidate ({list(seed)})")
-    if cfg.minibatch_size < 1 or cfg.max_concurrency < 1 or cfg.reflection_attempts < 1:
-        raise ValueError("minibatch_size, max_concurrency and reflection_attempts must be at least 1")
+    if cfg.minibatch_size < 1 or cfg.max_concurrency < 1 or cfg.reflection_attempts < 1 or cfg.max_lm_failures < 1:
+        raise ValueError("minibatch_size, max_concurrency, reflection_attempts and max_lm_failures must be at least 1")
     if cfg.budget < len(val):
         raise ValueError(
             f"budget {cfg.budget} is smaller than one validation pass ({len(val)} rollouts for the seed); "

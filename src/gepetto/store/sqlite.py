@@ -14,13 +14,15 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gepetto.engine.state import CandidateRecord
+from gepetto.lm.base import LM, Completion, LMError, LMUnavailable, Message, Usage
+from gepetto.lm.cache import cache_key
 from gepetto.program import Rollout, TraceEntry
 from gepetto.secrets import create_private_file, redact, redact_data
 from gepetto.types import Candidate, Example, Score
@@ -63,6 +65,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
     error TEXT,
     texts TEXT,
     pattern TEXT NOT NULL DEFAULT '',
+    stage TEXT,
     PRIMARY KEY (run, candidate_id, example_id)
 );
 CREATE TABLE IF NOT EXISTS examples (
@@ -81,6 +84,17 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_run ON events (run, seq);
+CREATE TABLE IF NOT EXISTS lm_answers (
+    run TEXT NOT NULL,
+    key TEXT NOT NULL,
+    text TEXT NOT NULL,
+    finish_reason TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    estimated INTEGER NOT NULL,
+    error_type TEXT,
+    PRIMARY KEY (run, key)
+);
 """
 
 
@@ -168,6 +182,8 @@ class RunStore:
                 columns = {row[1] for row in self._db.execute("PRAGMA table_info(evaluations)")}
                 if "pattern" not in columns:  # a store written before Score.pattern existed
                     self._db.execute("ALTER TABLE evaluations ADD COLUMN pattern TEXT NOT NULL DEFAULT ''")
+                if "stage" not in columns:  # a store written before rollouts kept the stage of their error
+                    self._db.execute("ALTER TABLE evaluations ADD COLUMN stage TEXT")
         except (sqlite3.Error, OSError) as exc:
             raise _store_error(self.path, exc) from None
         self._lock = threading.Lock()
@@ -234,7 +250,7 @@ class RunStore:
 
     def delete_run(self, name: str) -> None:
         with self._tx() as db:
-            for table in ("runs", "candidates", "evaluations", "examples", "events"):
+            for table in ("runs", "candidates", "evaluations", "examples", "events", "lm_answers"):
                 db.execute(f"DELETE FROM {table} WHERE {'name' if table == 'runs' else 'run'}=?", (name,))
 
     def put_examples(self, run: str, split: str, examples: list[Example]) -> None:
@@ -272,26 +288,55 @@ class RunStore:
         error = redact(rollout.error) if rollout.error is not None else None
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO evaluations (run, candidate_id, example_id, score, feedback, objectives, "
-                       "output, trace, error, texts, pattern) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       "output, trace, error, texts, pattern, stage) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                        (run, candidate.id, example_id, rollout.score.value, redact(rollout.score.feedback),
                         dumps(dict(rollout.score.objectives)), output, dumps([t.to_dict() for t in rollout.trace]),
-                        error, dumps(candidate.to_dict()), redact(rollout.score.pattern)))
+                        error, dumps(candidate.to_dict()), redact(rollout.score.pattern), rollout.stage))
 
     def rollouts(self, run: str) -> dict[tuple[str, str], Rollout]:
         """All stored rollouts of a run, keyed by (candidate id, example id)."""
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(evaluations)")}
-        pattern = "pattern" if "pattern" in columns else "''"  # a read-only store from before Score.pattern
+        # a read-only store from an older version may lack the newer columns
+        pattern = "pattern" if "pattern" in columns else "''"
+        stage = "stage" if "stage" in columns else "NULL"
         rows = self._db.execute("SELECT candidate_id, example_id, score, feedback, objectives, output, trace, error, "
-                                f"{pattern} FROM evaluations WHERE run=?", (run,)).fetchall()
+                                f"{pattern}, {stage} FROM evaluations WHERE run=?", (run,)).fetchall()
         out = {}
-        for cid, eid, score, feedback, objectives, output, trace, error, pattern in rows:
+        for cid, eid, score, feedback, objectives, output, trace, error, pattern, stage in rows:
             out[(cid, eid)] = Rollout(eid, Score(score, feedback, json.loads(objectives), pattern or ""),
                                       json.loads(output) if output is not None else None,
-                                      [TraceEntry(**t) for t in json.loads(trace)], error)
+                                      [TraceEntry(**t) for t in json.loads(trace)], error, stage)
         return out
+
+    def delete_rollouts(self, run: str, candidate_id: str) -> None:
+        """Forget one candidate's rollouts (after a MetricError: they hold no scores, only the broken metric's)."""
+        with self._tx() as db:
+            db.execute("DELETE FROM evaluations WHERE run=? AND candidate_id=?", (run, candidate_id))
 
     def count_rollouts(self, run: str) -> int:
         return self._db.execute("SELECT COUNT(*) FROM evaluations WHERE run=?", (run,)).fetchone()[0]
+
+    def put_lm_answer(self, run: str, key: str, out: Completion | None, error: BaseException | None = None) -> None:
+        """Keep one LM answer of a run (or the error it raised instead), under its request's cache key."""
+        if out is None:
+            out, error_type = Completion(str(error)), type(error).__name__
+        else:
+            error_type = None
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO lm_answers VALUES (?,?,?,?,?,?,?,?)",
+                       (run, key, out.text, out.finish_reason, out.usage.input_tokens, out.usage.output_tokens,
+                        int(out.usage.estimated), error_type))
+
+    def lm_answer(self, run: str, key: str) -> Completion | LMError | None:
+        """A kept answer (as a cached Completion), the error it was (as an LMError to raise), or None."""
+        row = self._db.execute("SELECT text, finish_reason, input_tokens, output_tokens, estimated, error_type "
+                               "FROM lm_answers WHERE run=? AND key=?", (run, key)).fetchone()
+        if row is None:
+            return None
+        text, finish, n_in, n_out, estimated, error_type = row
+        if error_type is not None:
+            return LMError(text if error_type == "LMError" else f"{error_type}: {text}")
+        return Completion(text, Usage(n_in, n_out, bool(estimated)), finish, cached=True)
 
     def add_event(self, run: str, kind: str, data: Mapping[str, Any]) -> None:
         with self._tx() as db:
@@ -304,6 +349,34 @@ class RunStore:
             q, args = q + " AND kind=?", [*args, kind]
         rows = self._db.execute(q + " ORDER BY seq", args).fetchall()
         return [{"seq": s, "time": t, "kind": k, "data": json.loads(d)} for s, t, k, d in rows]
+
+
+class RecordedLM:
+    """A run's reflection LM: each answer, and each error other than an outage (LMUnavailable: no answer, the
+    engine asks again), is kept in the run store, and a resumed run gets the very same answers and errors
+    back, whatever the response-cache setting. That is what makes a resumed run take the same path."""
+
+    def __init__(self, lm: LM, store: RunStore, run: str) -> None:
+        self.lm, self.store, self.run, self.name = lm, store, run, lm.name
+        self.replayed = 0
+
+    async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        key = cache_key(self.name, messages, params)
+        kept = self.store.lm_answer(self.run, key)
+        if kept is not None:
+            self.replayed += 1
+            if isinstance(kept, LMError):
+                raise kept
+            return kept
+        try:
+            out = await self.lm.complete(messages, **params)
+        except LMUnavailable:
+            raise
+        except Exception as exc:
+            self.store.put_lm_answer(self.run, key, None, exc)
+            raise
+        self.store.put_lm_answer(self.run, key, out)
+        return out
 
 
 class StoredRollouts:
