@@ -67,7 +67,7 @@ def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
              extra: dict[str, Any]) -> dict[str, Any]:
     task = _task(name)
     cfg = load_config(task=name, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, seed=seed, budget=budget,
-                      max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED}, **extra)
+                      max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED})
     counts: dict[str, int] = {"reflections": 0, "usable": 0}
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
@@ -81,8 +81,7 @@ def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
 
     t0 = time.perf_counter()
     run = f"rt-{name}-{proposer}-s{seed}" + (f"-{extra['run_suffix']}" if extra.get("run_suffix") else "")
-    cfg_run = cfg
-    _, result = start_or_resume(cfg_run, storage=storage, run=run, on_event=on_event)
+    _, result = start_or_resume(cfg, storage=storage, run=run, on_event=on_event)
     seconds = time.perf_counter() - t0
     lm = CachedLM(make_lm(TASK_LM), storage)
     best_test = asyncio.run(_score(task, result.best_candidate, task.testset, lm))
@@ -109,7 +108,8 @@ def table(log: Path) -> str:
         by: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for r in runs:
             if r["task"] == name:
-                by.setdefault((r["proposer"], r["budget"]), []).append(r)
+                by.setdefault((f"{r['proposer']}{' ' + r['label'] if r.get('label') else ''}", r["budget"]),
+                              []).append(r)
         for (proposer, budget), rs in sorted(by.items()):
             tests = [r["best_test"] for r in rs]
             vals = [r["best_val"] for r in rs]
@@ -122,7 +122,8 @@ def table(log: Path) -> str:
         for r in runs:
             if r["task"] == name:
                 props = ", ".join(f"{k} {v}" for k, v in sorted(r["proposals"].items()))
-                out.append(f"- `{r['proposer']}` seed {r['seed']}: test {r['best_test']:.3f}, val "
+                label = f"`{r['proposer']}`" + (f" {r['label']}" if r.get("label") else "")
+                out.append(f"- {label} seed {r['seed']}: test {r['best_test']:.3f}, val "
                            f"{r['seed_val']:.3f} -> {r['best_val']:.3f}, {r['rollouts']}/{r['budget']} rollouts, "
                            f"{r['candidates']} candidates, {r['usable']}/{r['reflections']} reflection answers "
                            f"usable, {r['seconds']} s; {props}")
@@ -138,6 +139,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=300)
     ap.add_argument("--storage", default="realtrack.sqlite")
     ap.add_argument("--log", default="benchmarks/results/realtrack.jsonl")
+    ap.add_argument("--run-suffix", default="", help="appended to stored run names (a new run, not a resume)")
+    ap.add_argument("--label", default="", help="names this variant in the tables (e.g. the commit)")
     args = ap.parse_args()
     log, storage = Path(args.log), Path(args.storage)
     if args.what == "table":
@@ -145,8 +148,9 @@ def main() -> None:
         return
     for name in args.tasks:
         for seed in args.seeds if args.what == "optimize" else [None]:
-            row = headroom(name, storage) if seed is None else optimize(name, args.proposer, seed, args.budget,
-                                                                        storage, {})
+            row = headroom(name, storage) if seed is None else optimize(
+                name, args.proposer, seed, args.budget, storage, {"run_suffix": args.run_suffix})
+            row["label"] = args.label
             row["command"] = "python benchmarks/realtrack.py " + " ".join(sys.argv[1:])
             row["date"] = time.strftime("%Y-%m-%d %H:%M")
             print(json.dumps(row), flush=True)

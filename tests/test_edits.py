@@ -83,7 +83,7 @@ def test_prompt_shows_the_mistake_contrast_and_tried_rules():
     messages = edits.build_edit_prompt("Classify.", focus, "instruction", ["Answer carefully."])
     user = messages[-1]["content"]
     assert "answered balance, expected bill_balance (1 times" in user
-    assert "must not change these answers" in user and "input s1" in user
+    assert "must stay right" in user and "input s1" in user
     assert "- Answer carefully." in user and "<current_instruction>\nClassify.\n</current_instruction>" in user
 
 

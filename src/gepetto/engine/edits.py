@@ -102,23 +102,23 @@ def build_edit_prompt(current: str, focus: Focus, component: str, tried_rules: S
     goods = [shown(r, component, 300) for r in focus.contrast]
     parts = [
         f"The assistant follows this instruction:\n<current_instruction>\n{current}\n</current_instruction>\n",
-        f"It keeps making this mistake: {focus.pattern} ({focus.count} times in the cases we checked). "
-        "Some of them:\n",
+        f"On some inputs it makes this mistake: {focus.pattern} ({focus.count} times in the cases we checked). "
+        "For example:\n",
     ]
     for ex in fails:
         parts.append(f"Input: {ex.inputs}\nAssistant's answer: {ex.output}\nFeedback: {ex.feedback}\n")
     if goods:
-        parts.append("It answers these correctly, and the new rule must not change these answers:\n")
+        parts.append("It already answers these correctly, and they must stay right:\n")
         for ex in goods:
             parts.append(f"Input: {ex.inputs}\nAssistant's answer: {ex.output}\n")
     if tried_rules:
         parts.append("Rules already tried for this mistake that did not help (write a different one):\n"
                      + "\n".join(f"- {r}" for r in tried_rules) + "\n")
     parts.append(
-        "Write ONE new rule to add to the instruction so that the assistant stops making this mistake, "
-        "without changing the correct answers. Make it one or two sentences, in general terms (say what to "
-        "look for in the input and what to answer), addressed to the assistant. Do not answer the inputs and "
-        f"do not quote them. Write only the rule, between {RULE_OPEN} and {RULE_CLOSE}."
+        f"Write ONE short rule (one sentence, at most 40 words) that fixes this mistake: {focus.pattern}. "
+        'Use the form "If <what such an input says or asks>, <what to answer or do>." Describe that kind of '
+        "input in general words; do not copy the inputs and do not repeat rules the instruction already has. "
+        f"Write only the rule, between {RULE_OPEN} and {RULE_CLOSE}."
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(parts)}]
 

@@ -65,7 +65,7 @@ class EngineConfig:
     proposer: Literal["edit", "rewrite"] = "rewrite"
     evidence_size: int = 8  # edit: paid training rollouts a parent needs before its mistakes are grouped
     gate_solved: int = 3  # edit: solved examples added to the child's test, so rules that break them fail
-    rule_max_tokens: int = 120
+    rule_max_tokens: int = 90
     # an LM call that fails for infrastructure reasons (LMUnavailable, after the backend's own retries) is no
     # result: it is made again after `lm_retry_pause` seconds; this many failures in a row stop the run (an
     # LMSetupError such as HTTP 401 stops it at once), keeping everything paid so far
