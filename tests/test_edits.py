@@ -147,3 +147,27 @@ def test_merge_unites_rules_appended_on_two_branches():
     child = merge_texts(Candidate(instruction=a), Candidate(instruction=f"{seed}\n- rule C"),
                         Candidate(instruction=seed), 0.5, 0.6, random.Random(0))
     assert child["instruction"] == f"{seed}\n- rule A\n- rule C"
+
+
+def test_a_repeated_rule_costs_a_retry_not_the_proposal():
+    """The reflection LM first repeats a rule whose child was already tried, then writes a new one."""
+    import asyncio
+
+    task = sim.task(n_train=16, n_val=8, kinds=4)
+    answers: list[str] = []
+
+    def writer(messages, params):
+        last = messages[-1]["content"]
+        if "already tried" in last:  # the retry hint: now write the rule the feedback asks for
+            answers.append("new")
+            return _rule_writer(messages[:2], params)
+        answers.append("repeat")
+        return "<rule>Think carefully before you answer such questions.</rule>"  # useless: rejected on the gate
+
+    engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
+                          task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(writer), budget=120, proposer="edit",
+                          use_merge=False)
+    res = asyncio.run(engine.run())
+    assert res.proposals.get("rejected: already tried", 0) >= 1
+    assert "new" in answers and res.best_score > res.seed_score
+    assert edits.retry_hint("already tried", "p").startswith("That rule was already tried")

@@ -164,6 +164,20 @@ def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequenc
     return rule, ""
 
 
+def retry_hint(why: str, pattern: str) -> str:
+    """What the reflection LM is told after a refused rule, so the next attempt does not repeat it."""
+    ask = (f"Write a different rule for this mistake ({pattern}), one sentence in the form \"If <what such an "
+           f"input says or asks>, <what to answer or do>.\", between {RULE_OPEN} and {RULE_CLOSE}.")
+    reasons = {
+        "unchanged": "The instruction already says that, and the mistake still happens.",
+        "already tried": "That rule was already tried and did not help.",
+        "echoes the examples": "That copies the inputs; describe the kind of input in general words instead.",
+        "copies our prompt markers": "That contains headers or tags from my message; write only the rule itself.",
+        "chat reply": "Do not talk to me; write the rule for the assistant.",
+    }
+    return f"{reasons.get(why, f'That answer was not usable ({why}).')} {ask}"
+
+
 def apply_rule(current: str, rule: str) -> str:
     """The child's text: the rule appended as a bullet line (a rules list grows at the end)."""
     return f"{current.rstrip()}\n- {rule}"

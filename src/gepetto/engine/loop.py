@@ -367,7 +367,7 @@ class Engine:
             st.proposals["skipped: no open mistake in the known training rollouts"] += 1
             return None
         current = parent[plan.component]
-        rule = await self._ask_rule(current, focus, plan, tried.get(focus.pattern, []))
+        rule = await self._ask_rule(parent, focus, plan, tried.get(focus.pattern, []))
         if rule is None:
             return None
         child = parent.replace(plan.component, edits.apply_rule(current, rule))
@@ -393,9 +393,12 @@ class Engine:
         self._rules_tried[(child.id, plan.component)] = {p: list(r) for p, r in tried.items()}
         return child, await self._validate(child, (plan.parent_idx,), "reflection", plan.component, plan.iteration)
 
-    async def _ask_rule(self, current: str, focus: edits.Focus, plan: _Plan, tried_rules: list[str]) -> str | None:
-        """Ask the reflection LM for one rule; vet each answer and retry a bounded number of times."""
+    async def _ask_rule(self, parent: Candidate, focus: edits.Focus, plan: _Plan, tried_rules: list[str]
+                        ) -> str | None:
+        """Ask the reflection LM for one rule; vet each answer and retry a bounded number of times. A rule whose
+        child was already tried is refused here too, so a repeated answer costs a retry, not the proposal."""
         cfg, st = self.config, self.state
+        current = parent[plan.component]
         self.on_event("phase", {"phase": "reflection"})
         messages = edits.build_edit_prompt(current, focus, plan.component, tried_rules)
         shown = [edits.shown(r, plan.component) for r in focus.failures + focus.contrast]
@@ -410,14 +413,14 @@ class Engine:
                 self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
                 continue
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown)
+            if not why and parent.replace(plan.component, edits.apply_rule(current, rule)).id in self._tried:
+                why = "already tried"
             self.on_event("reflection", {"attempt": attempt, "rejected": why, "text": rule, "raw": out.text})
             if not why:
                 return rule
             st.proposals[f"rejected: {why}"] += 1
             messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
-                        {"role": "user", "content": f"That answer was not usable ({why}). Write one general rule, "
-                                                    f"one or two sentences, between {edits.RULE_OPEN} and "
-                                                    f"{edits.RULE_CLOSE}."}]
+                        {"role": "user", "content": edits.retry_hint(why, focus.pattern)}]
         return None
 
     async def _merge_step(self) -> None:
