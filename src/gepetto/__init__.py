@@ -5,11 +5,12 @@ from gepetto.engine.loop import Engine, EngineConfig, Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMError, ScriptedLM, Usage
 from gepetto.program import Context, MetricError, Rollout, Task, TraceEntry, single_instruction
+from gepetto.runner import ConfigError
 from gepetto.types import Candidate, Example, Score
 
 __all__ = [
-    "LM", "Candidate", "Completion", "Context", "Engine", "EngineConfig", "Evaluation", "Example", "LMError", "Ledger",
-    "MetricError",
+    "LM", "Candidate", "Completion", "ConfigError", "Context", "Engine", "EngineConfig", "Evaluation", "Example",
+    "LMError", "Ledger", "MetricError",
     "Result", "Rollout", "Score", "ScriptedLM", "Task", "TraceEntry", "Usage", "build_engine", "evaluate",
     "evaluate_async", "optimize",
     "optimize_async", "run_engine", "single_instruction",

@@ -7,7 +7,8 @@ import signal
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from gepetto.engine.loop import Engine, EngineConfig, EventHandler, Result, RolloutStore
 from gepetto.ledger import Ledger
@@ -15,6 +16,9 @@ from gepetto.lm.base import LM, RedactingLM, aclose_lm
 from gepetto.program import Metric, Program, Rollout, run_rollout, single_instruction
 from gepetto.secrets import redact_data
 from gepetto.types import Candidate, Example
+
+if TYPE_CHECKING:
+    from gepetto.runner import StoredRun
 
 
 def resolve_lm(lm: LM | str) -> LM:
@@ -26,7 +30,7 @@ def resolve_lm(lm: LM | str) -> LM:
     return lm
 
 
-def _as_examples(data: Sequence[Example | Mapping[str, Any]] | None) -> list[Example]:
+def as_examples(data: Sequence[Example | Mapping[str, Any]] | None) -> list[Example]:
     out = []
     for item in data or []:
         if isinstance(item, Example):
@@ -40,7 +44,7 @@ def _as_examples(data: Sequence[Example | Mapping[str, Any]] | None) -> list[Exa
     return out
 
 
-def _candidate_and_program(
+def candidate_and_program(
     candidate: Candidate | Mapping[str, str] | str, program: Program | None
 ) -> tuple[Candidate, Program]:
     """A Candidate (a bare string is the one component "instruction") and its program (default: one call)."""
@@ -69,9 +73,9 @@ def build_engine(
     **config: Any,
 ) -> Engine:
     """The engine `optimize` would run, for callers that want to drive or observe it themselves."""
-    seed, program = _candidate_and_program(seed_candidate, program)
-    train = _as_examples(trainset)
-    val = _as_examples(valset) if valset is not None else train
+    seed, program = candidate_and_program(seed_candidate, program)
+    train = as_examples(trainset)
+    val = as_examples(valset) if valset is not None else train
     unknown = set(config) - set(EngineConfig.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown option(s) {sorted(unknown)}; options: {sorted(EngineConfig.__dataclass_fields__)}")
@@ -89,17 +93,36 @@ def build_engine(
                   rollout_store=rollout_store, ledger=ledger)
 
 
-async def optimize_async(*args: Any, **kwargs: Any) -> Result:
+CacheMode = Literal["auto", "always", "off"]
+SeedCandidate = Candidate | Mapping[str, str] | str  # a bare string is the one component "instruction"
+Examples = Sequence[Example | Mapping[str, Any]]
+
+
+def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, storage: str | Path | None,
+                 run: str | None, cache: CacheMode | None, kwargs: dict[str, Any]) -> StoredRun | None:
+    """The stored run `optimize(..., storage=)` opens (created or resumed), or None without a store."""
+    if storage is None:
+        if run is not None or cache is not None:
+            raise TypeError("run= and cache= name a stored run: give storage= too (e.g. storage='gepetto.sqlite')")
+        return None
+    from gepetto.runner import open_program_run
+
+    return open_program_run(seed_candidate, trainset, metric, storage=storage, run=run, cache=cache, **kwargs)
+
+
+async def optimize_async(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, *,
+                         storage: str | Path | None = None, run: str | None = None, cache: CacheMode | None = None,
+                         **kwargs: Any) -> Result:
     """Async `optimize`: same arguments, for callers already inside an event loop."""
-    return await build_engine(*args, **kwargs).run()
+    stored = _open_stored(seed_candidate, trainset, metric, storage, run, cache, kwargs)
+    if stored is not None:
+        return await stored.run_async()
+    return await build_engine(seed_candidate, trainset, metric, **kwargs).run()
 
 
-def optimize(
-    seed_candidate: Candidate | Mapping[str, str] | str,
-    trainset: Sequence[Example | Mapping[str, Any]],
-    metric: Metric,
-    **kwargs: Any,
-) -> Result:
+def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, *,
+             storage: str | Path | None = None, run: str | None = None, cache: CacheMode | None = None,
+             **kwargs: Any) -> Result:
     """Evolve the seed candidate's texts to score better under `metric`, within `budget` rollouts.
 
     `program(candidate, example, ctx)` runs the user's system (default: the seed's one instruction as the
@@ -107,9 +130,16 @@ def optimize(
     reflection_lm, on_event, and the EngineConfig options (budget, seed, minibatch_size, max_concurrency,
     use_merge, time_limit, patience, target_score, stop_file, max_lm_failures, ...). Ctrl-C or SIGTERM returns
     the best so far.
+
+    `storage` (a SQLite file, e.g. "gepetto.sqlite") keeps every rollout, reflection answer and candidate in
+    the run store under the name `run` (default: generated), where `gepetto runs/show/report/export` see it;
+    calling again with the same `run` resumes it exactly, and a changed seed, examples or path-changing option
+    is refused with a ConfigError (the budget may grow). `cache`: the LM response cache (docs/runs.md).
     """
-    engine = build_engine(seed_candidate, trainset, metric, **kwargs)
-    return run_engine(engine)
+    stored = _open_stored(seed_candidate, trainset, metric, storage, run, cache, kwargs)
+    if stored is not None:
+        return stored.run()
+    return run_engine(build_engine(seed_candidate, trainset, metric, **kwargs))
 
 
 @dataclass
@@ -138,8 +168,8 @@ async def evaluate_async(
 
     A program or metric error scores 0; an LM that gives no answer at all raises `LMUnavailable` instead.
     """
-    cand, program = _candidate_and_program(candidate, program)
-    lm, data = RedactingLM(resolve_lm(task_lm)), _as_examples(examples)
+    cand, program = candidate_and_program(candidate, program)
+    lm, data = RedactingLM(resolve_lm(task_lm)), as_examples(examples)
     sem = asyncio.Semaphore(max_concurrency)
     params = dict(lm_params if lm_params is not None else {"temperature": 0.0})
 
@@ -171,21 +201,24 @@ STOP_SIGNALS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "interrup
 def run_engine(engine: Engine) -> Result:
     """Run an engine to the end in a fresh event loop; Ctrl-C (SIGINT) or SIGTERM stops it gracefully, keeping
     everything paid for (a stored run is then resumable)."""
+    return asyncio.run(drive_engine(engine, own_loop=True))
 
-    async def main() -> Result:
-        loop = asyncio.get_running_loop()
-        handled = threading.current_thread() is threading.main_thread()
+
+async def drive_engine(engine: Engine, *, own_loop: bool) -> Result:
+    """Run an engine in the running event loop. `own_loop`: the loop is ours (from `asyncio.run`), so Ctrl-C and
+    SIGTERM stop the run gracefully and the LMs' HTTP clients are closed before it ends."""
+    loop = asyncio.get_running_loop()
+    handled = own_loop and threading.current_thread() is threading.main_thread()
+    if handled:
+        for sig, reason in STOP_SIGNALS.items():
+            loop.add_signal_handler(sig, engine.request_stop, reason)
+    try:
+        return await engine.run()
+    finally:
         if handled:
-            for sig, reason in STOP_SIGNALS.items():
-                loop.add_signal_handler(sig, engine.request_stop, reason)
-        try:
-            return await engine.run()
-        finally:
-            if handled:
-                for sig in STOP_SIGNALS:
-                    loop.remove_signal_handler(sig)
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+        if own_loop:
             # HTTP clients belong to this loop: close them here, not at exit from a loop that is gone
             await aclose_lm(engine.task_lm)
             await aclose_lm(engine.reflection_lm)
-
-    return asyncio.run(main())

@@ -94,7 +94,8 @@ def _report_result(name: str, result: Any, started: float) -> None:
 @app.command()
 def optimize(
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML or TOML file with run options."),
-    task: str | None = typer.Option(None, help="Built-in task: demo, clinc-banking, ... (docs/tasks.md)."),
+    task: str | None = typer.Option(None, help="Built-in task (demo, clinc-banking, ...: docs/tasks.md), or your own "
+                                    "program: path/to/file.py:make_task or package.module:make_task."),
     task_lm: str | None = typer.Option(None, help="Task LM, e.g. local:qwen2.5-coder-0.5b, openai:MODEL@URL."),
     reflection_lm: str | None = typer.Option(None, help="Reflection LM name."),
     budget: int | None = typer.Option(None, help="Rollout budget (one program run on one example)."),
@@ -113,7 +114,8 @@ def optimize(
     proposer: str | None = typer.Option(None, help="edit (one rule per proposal) or rewrite (whole text)."),
     cache: str | None = typer.Option(None, help="LM response cache: auto (temperature 0), always, off."),
     task_option: list[str] | None = typer.Option(
-        None, "--task-option", help="Task option KEY=VALUE (repeatable), e.g. judge_lm=openai:gpt-4.1-mini."),
+        None, "--task-option", help="Task option KEY=VALUE (repeatable), e.g. judge_lm=openai:gpt-4.1-mini; for your "
+        "own make_task, its keyword arguments."),
     storage: str = StorageOpt,
     run: str | None = typer.Option(None, "--run", help="Run name; an existing run is resumed."),
     stop_file: str | None = typer.Option(None, help="Stop gracefully when this file appears."),

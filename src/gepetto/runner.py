@@ -1,28 +1,40 @@
-"""Named, stored, resumable runs of a built-in task: what `gepetto optimize` does, usable from Python too.
+"""Named, stored, resumable runs: what `gepetto optimize` and `gepetto.optimize(..., storage=)` do.
 
 A run lives in the run store under its name. Starting a run that exists resumes it: the engine replays the
 stored rollouts and the cached reflection answers, which leads it down exactly the same path, and pays only
-for what was never finished.
+for what was never finished. Built-in tasks, a user's task target (`file.py:make_task`) and a program given
+to `gepetto.optimize` all go through one path, `open_run`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gepetto.api import build_engine, run_engine
-from gepetto.engine.loop import EventHandler, Result
+from gepetto.api import as_examples, build_engine, candidate_and_program, drive_engine
+from gepetto.engine.loop import Engine, EngineConfig, EventHandler, Result
 from gepetto.ledger import Ledger
-from gepetto.program import MetricError
-from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts
+from gepetto.lm.base import LM
+from gepetto.program import Metric, MetricError, Program, Task
+from gepetto.secrets import redact
+from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts, dumps
+from gepetto.types import Candidate, Example
 
 DEFAULT_STORAGE = "gepetto.sqlite"
 # options that may change when a run is resumed (they do not alter the path the run has taken so far)
 RESUMABLE_CHANGES = {"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices",
                      "max_lm_failures", "lm_retry_pause"}
+
+
+# prefix of a task or an LM that is a Python object given to gepetto.optimize() (not loadable from a name)
+PYTHON = "python:"
 
 
 class ConfigError(ValueError):
@@ -34,6 +46,8 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # a built-in task name, a task target (path/to/file.py:make_task, package.module:make_task), or
+    # python:MODULE:QUALNAME for a program given to gepetto.optimize() in Python
     task: str = "demo"
     task_lm: str = "local:qwen2.5-coder-0.5b"
     reflection_lm: str = "local:qwen2.5-coder-1.5b"
@@ -58,23 +72,54 @@ class RunConfig(BaseModel):
     lm_retry_pause: float = Field(5.0, ge=0, description="seconds before a call the LM gave no answer to is retried")
     # price table: LM name -> [dollars per million input tokens, per million output tokens]
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    # the other EngineConfig options (accept, components, reflection_attempts, task_lm_params, ...)
+    engine: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("task")
     @classmethod
     def _known_task(cls, v: str) -> str:
         from gepetto.tasks import TASKS
+        from gepetto.usertask import FORMS, is_target, normalize_target
 
-        if v not in TASKS:
-            raise ValueError(f"unknown task {v!r}; accepted: {', '.join(sorted(TASKS))}")
-        return v
+        if v in TASKS or v.startswith(PYTHON):
+            return v
+        if is_target(v):
+            return normalize_target(v)
+        raise ValueError(f"unknown task {v!r}; accepted: {', '.join(sorted(TASKS))}, or your own as {FORMS}")
 
     @field_validator("task_lm", "reflection_lm")
     @classmethod
     def _lm_name(cls, v: str) -> str:
         from gepetto.lm.names import parse_lm_name
 
-        parse_lm_name(v)  # raises ValueError listing the accepted forms
+        if not v.startswith(PYTHON):  # an LM object given to gepetto.optimize() is checked with the task below
+            parse_lm_name(v)  # raises ValueError listing the accepted forms
         return v
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(v) - ENGINE_ONLY
+        if unknown:
+            raise ValueError(f"unknown engine option(s) {sorted(unknown)}; accepted: {', '.join(sorted(ENGINE_ONLY))}")
+        try:
+            return json.loads(json.dumps(v))  # as stored (tuples become lists), so a resume compares like with like
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"engine options must be plain data (JSON): {exc}") from None
+
+    @model_validator(mode="after")
+    def _objects_only_from_python(self) -> RunConfig:
+        for key in ("task_lm", "reflection_lm"):
+            if getattr(self, key).startswith(PYTHON) and not self.task.startswith(PYTHON):
+                raise ValueError(f"{key} {getattr(self, key)!r} stands for an LM object given to gepetto.optimize(); "
+                                 "here give an LM name")
+        return self
+
+
+# EngineConfig options that are RunConfig fields, and the rest (RunConfig.engine); a stop file is no option of
+# the run (it stops this session only)
+RUN_ENGINE_FIELDS = set(EngineConfig.__dataclass_fields__) & set(RunConfig.model_fields)
+ENGINE_ONLY = set(EngineConfig.__dataclass_fields__) - RUN_ENGINE_FIELDS - {"stop_file"}
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
@@ -118,19 +163,43 @@ def format_validation_error(exc: ValidationError) -> str:
     return "invalid configuration:\n  " + "\n  ".join(lines)
 
 
-def _task_kwargs(cfg: RunConfig, ledger: Ledger) -> dict[str, Any]:
-    """Loader options: split sizes, data dir, and task LMs (e.g. a judge) built from their names."""
+def _option_values(cfg: RunConfig) -> dict[str, Any]:
+    """The task options, with LMs (e.g. a judge: `judge_lm=openai:...`) built from their names."""
     from gepetto.lm.names import make_lm
 
+    return {k: make_lm(v) if k.endswith("_lm") and isinstance(v, str) else v for k, v in cfg.task_options.items()}
+
+
+def _task_kwargs(cfg: RunConfig, ledger: Ledger) -> dict[str, Any]:
+    """Built-in loader options: split sizes, data dir, and task LMs (e.g. a judge) built from their names."""
     kw: dict[str, Any] = {"seed": cfg.seed}
     for key in ("data_dir", "n_train", "n_val", "n_test"):
         if getattr(cfg, key) is not None:
             kw[key] = getattr(cfg, key)
-    for key, value in cfg.task_options.items():
-        kw[key] = make_lm(value) if key.endswith("_lm") and isinstance(value, str) else value
+    kw.update(_option_values(cfg))
     if any(k.endswith("_lm") for k in cfg.task_options):
         kw["ledger"] = ledger
     return kw
+
+
+def load_run_task(cfg: RunConfig, ledger: Ledger) -> Task:
+    """The Task a config names: a built-in task, or a user's task target called with the task options."""
+    from gepetto.tasks import TASKS, load_task
+    from gepetto.usertask import TargetError, load_target
+
+    if cfg.task.startswith(PYTHON):
+        raise ConfigError(f"task {cfg.task!r} is a program given to gepetto.optimize() in Python: resume the run by "
+                          "calling gepetto.optimize() again with the same arguments and the same run= name")
+    if cfg.task in TASKS:
+        return load_task(cfg.task, **_task_kwargs(cfg, ledger))
+    builtin_only = [k for k in ("data_dir", "n_train", "n_val", "n_test") if getattr(cfg, k) is not None]
+    if builtin_only:
+        raise ConfigError(f"{', '.join(builtin_only)}: options of the built-in tasks; give options of your own task "
+                          "as task options (--task-option KEY=VALUE), passed to it as keyword arguments")
+    try:
+        return load_target(cfg.task, **_option_values(cfg))
+    except TargetError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _cached(lm: Any, storage: Path, mode: str) -> Any:
@@ -141,57 +210,150 @@ def _cached(lm: Any, storage: Path, mode: str) -> Any:
     return CachedLM(lm, storage, mode=mode)
 
 
-def start_or_resume(
+def _as_stored(obj: Any) -> Any:
+    """`obj` the way the run store gives it back (JSON, redacted): what a resume compares against."""
+    return json.loads(dumps(obj))
+
+
+def _resumed_config(name: str, stored: RunConfig, cfg: RunConfig, explicit: set[str], hint: str) -> RunConfig:
+    """The stored configuration, with the options in `explicit` that may change on resume taken from `cfg`."""
+    asked = cfg.model_dump(include=explicit)
+    clash = sorted(k for k, v in asked.items() if getattr(stored, k) != v and k not in RESUMABLE_CHANGES)
+    if clash:
+        shown = "; ".join(f"{k}: stored {getattr(stored, k)!r}, now {asked[k]!r}" for k in clash)
+        raise ConfigError(redact(f"run {name!r} exists with other settings for {clash} ({shown}); {hint}"))
+    return stored.model_copy(update={k: v for k, v in asked.items() if k in RESUMABLE_CHANGES})
+
+
+def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
+    def some(ids: list[str]) -> str:
+        return ", ".join(repr(i) for i in ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+
+    parts = []
+    for what, ids in (("new", [i for i in given if i not in stored]), ("gone", [i for i in stored if i not in given]),
+                      ("changed", [i for i in given if i in stored and stored[i] != given[i]])):
+        if ids:
+            parts.append(f"{len(ids)} {what} ({some(ids)})")
+    return ", ".join(parts) or "the same examples in another order"
+
+
+def _check_same_inputs(store: RunStore, name: str, task: Task, hint: str) -> None:
+    """A resumed run must start from the same seed candidate and the same examples: its stored rollouts and
+    decisions were made on them. Raises ConfigError saying what differs."""
+    first = store.events(name, "start")[:1]
+    seed = first[0]["data"].get("seed_candidate") if first else None  # None: a run stored before this check
+    given_seed = _as_stored(task.seed_candidate.to_dict())
+    if seed is not None and seed != given_seed:
+        changed = sorted(k for k in set(seed) | set(given_seed) if seed.get(k) != given_seed.get(k))
+        raise ConfigError(f"run {name!r} was started from another seed candidate (components that differ: {changed});"
+                          f" {hint}")
+    problems = []
+    for split, examples in (("train", task.trainset), ("val", task.valset)):
+        stored = store.examples(name, split)
+        given = {e.id: {"inputs": _as_stored(dict(e.inputs)), "gold": _as_stored(e.gold)} for e in examples}
+        # (nothing stored: a run from a version that did not keep its examples)
+        if stored and list(stored.items()) != list(given.items()):
+            problems.append(f"{split}: {_differences(stored, given)}")
+    if problems:
+        raise ConfigError(f"run {name!r} was started on other examples ({'; '.join(problems)}); {hint}")
+
+
+def _label(task: str) -> str:
+    """A short name for a task in a generated run name: the built-in name, the file or the function."""
+    if task.startswith(PYTHON):
+        return task.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    where = task.rpartition(":")[0]
+    return Path(where).stem if where.endswith(".py") else where.rsplit(".", 1)[-1] if where else task
+
+
+TaskFactory = Callable[[RunConfig, Ledger], Task]
+CLI_HINT = "resume it without them or start a new run with --run NEW_NAME"
+PYTHON_HINT = "call again with what the run was started with, or give another run= name to start a new run"
+
+
+@dataclass
+class StoredRun:
+    """One session of a stored run, ready to go: `run()` (or `await run_async()`) drives its engine and records
+    how the session ended."""
+
+    store: RunStore
+    name: str
+    config: RunConfig
+    task: Task
+    engine: Engine
+    rollouts: StoredRollouts
+    ledger: Ledger
+    session: int
+
+    async def run_async(self, *, own_loop: bool = False) -> Result:
+        """Run in the running event loop; `own_loop`: it is ours, so signals stop the run and LMs are closed."""
+        store, name = self.store, self.name
+        try:
+            result = await drive_engine(self.engine, own_loop=own_loop)
+        except MetricError:
+            # the seed's rollouts hold no scores, only the broken metric's errors: a resume with a fixed metric
+            # scores them again (the task LM's answers come back from the response cache)
+            store.delete_rollouts(name, self.task.seed_candidate.id)
+            store.finish_run(name, "failed", None)
+            raise
+        except BaseException:
+            store.finish_run(name, "failed", None)
+            raise
+        # a run stopped by a Ctrl-C or a failing LM endpoint has more to do: resuming it goes on
+        status = "interrupted" if result.stop_reason.startswith(("interrupted", "LM unavailable")) else "finished"
+        store.save_ledger(name, self.ledger.to_dict())
+        store.finish_run(name, status, result.to_dict())
+        store.add_event(name, "done", {"session": self.session, "replayed_rollouts": self.rollouts.replayed,
+                                       "stop_reason": result.stop_reason})
+        return result
+
+    def run(self) -> Result:
+        """Run to the end in a fresh event loop; Ctrl-C or SIGTERM stops it gracefully (resumable)."""
+        return asyncio.run(self.run_async(own_loop=True))
+
+
+def open_run(
     cfg: RunConfig,
+    make_task: TaskFactory = load_run_task,
     *,
     storage: str | Path = DEFAULT_STORAGE,
     run: str | None = None,
+    explicit: set[str] | None = None,
+    hint: str = CLI_HINT,
     on_event: EventHandler | None = None,
     stop_file: str | None = None,
-    explicit: set[str] | None = None,
-) -> tuple[str, Result]:
-    """Run `cfg` under the name `run` in the store; resume it if that run exists.
+    task_lm: LM | None = None,
+    reflection_lm: LM | None = None,
+) -> StoredRun:
+    """Create the run `run` in the store, or reopen it to resume; the one path every stored run takes.
 
-    On resume the stored configuration wins; options in `explicit` (given by the user this time) may change
-    only if they are in RESUMABLE_CHANGES, otherwise a ConfigError says which differ.
+    On resume the stored configuration wins; options in `explicit` may change only if they are in
+    RESUMABLE_CHANGES, and the task must give the same seed candidate and examples, otherwise a ConfigError
+    says what differs (ending with `hint`). `task_lm`/`reflection_lm`: LM objects to use instead of building
+    them from the config's names.
     """
     from gepetto.lm.names import make_lm
-    from gepetto.tasks import load_task
 
     storage = Path(storage)
     store = RunStore(storage)
-    name = run or f"{cfg.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = run or f"{_label(cfg.task)}-{time.strftime('%Y%m%d-%H%M%S')}"
     info = store.get_run(name)
     resumed = info is not None
     if info is not None:
         stored = RunConfig(**info.config)
-        asked = cfg.model_dump(include=explicit or set())
-        clash = {k for k, v in asked.items() if getattr(stored, k) != v and k not in RESUMABLE_CHANGES}
-        if clash:
-            raise ConfigError(f"run {name!r} exists with other settings for {sorted(clash)}; resume it without "
-                              f"them or start a new run with --run NEW_NAME")
-        cfg = stored.model_copy(update={k: v for k, v in asked.items() if k in RESUMABLE_CHANGES})
-        if cfg != stored:
-            store.update_config(name, cfg.model_dump())
-        store.mark_running(name)
-    else:
-        store.create_run(name, cfg.model_dump(), cfg.seed)
-
+        cfg = _resumed_config(name, stored, cfg, explicit or set(), hint)
     ledger = Ledger.from_dict(store.ledger(name))  # costs of earlier sessions of this run stay counted
     ledger.prices = dict(cfg.prices)
-    task = load_task(cfg.task, **_task_kwargs(cfg, ledger))
-    if not resumed:
-        store.put_examples(name, "train", task.trainset)
-        store.put_examples(name, "val", task.valset)
+    task = make_task(cfg, ledger)
+    if info is not None:
+        _check_same_inputs(store, name, task, hint)
     rollouts = StoredRollouts(store, name)
     # reflection answers (and errors) are kept with the run and replayed on resume, even sampled ones and with
     # the cache off: that is what makes resume exact
-    task_lm = _cached(make_lm(cfg.task_lm), storage, cfg.cache)
-    reflection_lm = RecordedLM(_cached(make_lm(cfg.reflection_lm), storage, "off" if cfg.cache == "off" else "always"),
-                               store, name)
+    task_lm = _cached(task_lm if task_lm is not None else make_lm(cfg.task_lm), storage, cfg.cache)
+    reflection_lm = RecordedLM(_cached(reflection_lm if reflection_lm is not None else make_lm(cfg.reflection_lm),
+                                       storage, "off" if cfg.cache == "off" else "always"), store, name)
     session = len(store.events(name, "start"))
-    store.add_event(name, "start", {"session": session, "resumed": resumed,
-                                    "stored_rollouts": rollouts.stored_at_start})
 
     def record(kind: str, data: dict[str, Any]) -> None:
         if kind == "candidate":
@@ -203,30 +365,91 @@ def start_or_resume(
         if on_event is not None:
             on_event(kind, data)
 
+    # built (and its inputs checked) before the store is written: a refused start leaves no run behind
     engine = build_engine(
         task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
         task_lm=task_lm, reflection_lm=reflection_lm, on_event=record, rollout_store=rollouts, ledger=ledger,
-        budget=cfg.budget, seed=cfg.seed, minibatch_size=cfg.minibatch_size, max_concurrency=cfg.max_concurrency,
-        use_merge=cfg.use_merge, max_merges=cfg.max_merges, time_limit=cfg.time_limit, patience=cfg.patience,
-        target_score=cfg.target_score, stop_file=stop_file, proposals_per_round=cfg.proposals_per_round,
-        proposer=cfg.proposer,
-        max_lm_failures=cfg.max_lm_failures, lm_retry_pause=cfg.lm_retry_pause,
-    )
-    try:
-        result = run_engine(engine)
-    except MetricError:
-        # the seed's rollouts hold no scores, only the broken metric's errors: a resume with a fixed metric
-        # scores them again (the task LM's answers come back from the response cache)
-        store.delete_rollouts(name, task.seed_candidate.id)
-        store.finish_run(name, "failed", None)
-        raise
-    except BaseException:
-        store.finish_run(name, "failed", None)
-        raise
-    # a run stopped by a Ctrl-C or a failing LM endpoint has more to do: resuming it goes on
-    status = "interrupted" if result.stop_reason.startswith(("interrupted", "LM unavailable")) else "finished"
-    store.save_ledger(name, ledger.to_dict())
-    store.finish_run(name, status, result.to_dict())
-    store.add_event(name, "done", {"session": session, "replayed_rollouts": rollouts.replayed,
-                                   "stop_reason": result.stop_reason})
-    return name, result
+        stop_file=stop_file, **cfg.engine, **{k: getattr(cfg, k) for k in RUN_ENGINE_FIELDS})
+    if info is None:
+        store.create_run(name, cfg.model_dump(), cfg.seed)
+        store.put_examples(name, "train", task.trainset)
+        store.put_examples(name, "val", task.valset)
+    else:
+        if cfg != stored:
+            store.update_config(name, cfg.model_dump())
+        store.mark_running(name)
+    first = {} if resumed else {"seed_candidate": task.seed_candidate.to_dict()}  # what a resume must start from
+    store.add_event(name, "start", {"session": session, "resumed": resumed,
+                                    "stored_rollouts": rollouts.stored_at_start, **first})
+    return StoredRun(store, name, cfg, task, engine, rollouts, ledger, session)
+
+
+def start_or_resume(
+    cfg: RunConfig,
+    *,
+    storage: str | Path = DEFAULT_STORAGE,
+    run: str | None = None,
+    on_event: EventHandler | None = None,
+    stop_file: str | None = None,
+    explicit: set[str] | None = None,
+) -> tuple[str, Result]:
+    """Run `cfg` (a built-in task or a task target) under the name `run` in the store; resume it if it exists.
+
+    On resume the stored configuration wins; options in `explicit` (given by the user this time) may change
+    only if they are in RESUMABLE_CHANGES, otherwise a ConfigError says which differ.
+    """
+    stored = open_run(cfg, storage=storage, run=run, explicit=explicit, on_event=on_event, stop_file=stop_file)
+    return stored.name, stored.run()
+
+
+def _lm_label(lm: LM | str) -> str:
+    return lm if isinstance(lm, str) else f"{PYTHON}{getattr(lm, 'name', type(lm).__name__)}"
+
+
+def _qualified_name(fn: Any) -> str:
+    if not hasattr(fn, "__qualname__"):  # a callable object: name its class
+        fn = type(fn)
+    return f"{getattr(fn, '__module__', '?')}:{fn.__qualname__}"
+
+
+def open_program_run(
+    seed_candidate: Candidate | Mapping[str, str] | str,
+    trainset: Sequence[Example | Mapping[str, Any]],
+    metric: Metric,
+    *,
+    storage: str | Path,
+    run: str | None = None,
+    cache: Literal["auto", "always", "off"] | None = None,
+    valset: Sequence[Example | Mapping[str, Any]] | None = None,
+    program: Program | None = None,
+    task_lm: LM | str = "local:qwen2.5-coder-0.5b",
+    reflection_lm: LM | str = "local:qwen2.5-coder-1.5b",
+    on_event: EventHandler | None = None,
+    stop_file: str | None = None,
+    **options: Any,
+) -> StoredRun:
+    """`gepetto.optimize(..., storage=...)`: a user's program as a stored run (the arguments are optimize's).
+
+    The config records the program as `python:MODULE:QUALNAME` (the metric's name for the default program) and
+    LM objects as `python:NAME`. `cache` defaults to "auto" for LMs given by name and "off" for LM objects (the
+    response cache keys on an LM's name, which an object need not make unique).
+    """
+    for internal in ("rollout_store", "ledger"):
+        if internal in options:
+            raise TypeError(f"{internal}= cannot be combined with storage=: the run store provides it")
+    identity = _qualified_name(program if program is not None else metric)
+    seed, program = candidate_and_program(seed_candidate, program)
+    train = as_examples(trainset)
+    val = as_examples(valset) if valset is not None else train
+    engine = {k: options.pop(k) for k in list(options) if k in ENGINE_ONLY}
+    unknown = set(options) - RUN_ENGINE_FIELDS
+    if unknown:
+        raise TypeError(f"unknown option(s) {sorted(unknown)}; options: {sorted(EngineConfig.__dataclass_fields__)}")
+    objects = not (isinstance(task_lm, str) and isinstance(reflection_lm, str))
+    cfg = load_config(task=PYTHON + identity, task_lm=_lm_label(task_lm), reflection_lm=_lm_label(reflection_lm),
+                      cache=cache or ("off" if objects else "auto"), engine=engine, **options)
+    task = Task(cfg.task, program, metric, seed, train, val)
+    return open_run(cfg, lambda _cfg, _ledger: task, storage=storage, run=run, explicit=set(RunConfig.model_fields),
+                    hint=PYTHON_HINT, on_event=on_event, stop_file=stop_file,
+                    task_lm=None if isinstance(task_lm, str) else task_lm,
+                    reflection_lm=None if isinstance(reflection_lm, str) else reflection_lm)
