@@ -97,6 +97,7 @@ def test_reflection_sees_only_its_component_and_failures_first():
     assert e3.whole_run and e3.inputs == "question 3" and "ValueError: boom" in e3.output
     a = reflective_examples(runs, "a", examples)
     assert [e.score for e in a] == [0.0, 0.0, 1.0]
+    assert [e.whole_run for e in a] == [False, True, False]  # at equal score, its own trace first
     assert all("in-b" not in e.inputs for e in a)
 
 

@@ -169,7 +169,8 @@ def reflective_examples(
                                          "\n---\n".join(t.output for t in calls), r.score.feedback, r.score.value))
         else:
             out.append(whole_run(r, by_id.get(r.example_id)))
-    return sorted(out, key=lambda e: e.score)  # failures first: they carry the lessons
+    # failures first: they carry the lessons; at equal score the component's own trace before a whole run
+    return sorted(out, key=lambda e: (e.score, e.whole_run))
 
 
 def whole_run(rollout: Rollout, example: Example | None) -> ReflectionExample:
