@@ -12,7 +12,7 @@ from gepetto.engine.reflect import (
     vet,
 )
 from gepetto.program import Rollout, TraceEntry
-from gepetto.types import Score
+from gepetto.types import Example, Score
 
 CURRENT = "Read the customer's message and say what it is about."
 EXAMPLES = [
@@ -88,10 +88,16 @@ def test_reflection_sees_only_its_component_and_failures_first():
         Rollout("e2", Score(0.0, "bad"), "y", [TraceEntry("a", "in-a2", "out-a2")]),
         Rollout("e3", Score(0.0, "raised"), None, [], error="ValueError: boom"),
     ]
-    b = reflective_examples(runs, "b")
-    assert [e.inputs for e in b[1:]] == ["in-b1"] and "failed" in b[0].inputs
-    a = reflective_examples(runs, "a")
+    examples = [Example({"q": f"question {i}"}, id=f"e{i}") for i in (1, 2, 3)]
+    b = reflective_examples(runs, "b", examples)
+    assert b[-1].inputs == "in-b1" and not b[-1].whole_run
+    # where `b` left no trace, reflection sees the whole run: the example's inputs, the output or the error
+    e2, e3 = sorted(b[:2], key=lambda e: e.inputs)
+    assert e2.whole_run and (e2.inputs, e2.output, e2.feedback) == ("question 2", "y", "bad")
+    assert e3.whole_run and e3.inputs == "question 3" and "ValueError: boom" in e3.output
+    a = reflective_examples(runs, "a", examples)
     assert [e.score for e in a] == [0.0, 0.0, 1.0]
+    assert [e.whole_run for e in a] == [False, True, False]  # at equal score, its own trace first
     assert all("in-b" not in e.inputs for e in a)
 
 

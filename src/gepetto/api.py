@@ -128,8 +128,8 @@ def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, 
     `program(candidate, example, ctx)` runs the user's system (default: the seed's one instruction as the
     system prompt, the example's input as the user message). Other keywords: valset, task_lm,
     reflection_lm, on_event, and the EngineConfig options (budget, seed, minibatch_size, max_concurrency,
-    use_merge, time_limit, patience, target_score, stop_file, max_lm_failures, ...). Ctrl-C or SIGTERM returns
-    the best so far.
+    use_merge, time_limit, patience, target_score, stop_file, max_lm_failures, component_descriptions,
+    ...). Ctrl-C or SIGTERM returns the best so far.
 
     `storage` (a SQLite file, e.g. "gepetto.sqlite") keeps every rollout, reflection answer and candidate in
     the run store under the name `run` (default: generated), where `gepetto runs/show/report/export` see it;

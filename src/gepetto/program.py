@@ -3,6 +3,9 @@
 A program makes its LM calls through `ctx.lm(component, ...)`, which uses that component's current text as
 the system prompt and records a trace entry, so reflection on component C can be shown only C's calls.
 In an async program write `await ctx.lm(...)`; in a plain (sync) program `ctx.lm(...)` returns the text.
+A component that is not a prompt (a regex, a tool description, a code snippet, a JSON config) is read from
+`candidate[name]` anywhere in the program; `ctx.record(name, inputs=..., output=...)` then says what it did,
+as a trace entry like those of `ctx.lm`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,16 @@ class TraceEntry:
     def to_dict(self) -> dict[str, str]:
         return {"component": self.component, "inputs": self.inputs, "output": self.output,
                 "finish_reason": self.finish_reason}
+
+
+def render_value(value: Any) -> str:
+    """Text of a recorded value: a string as is, anything else as JSON (non-JSON objects via `str`)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # e.g. a circular structure
+        return str(value)
 
 
 def render_messages(messages: Sequence[Message]) -> str:
@@ -69,6 +82,19 @@ class Context:
             coro.close()
             raise RuntimeError("ctx.lm called outside a gepetto run")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def record(self, component: str, *, inputs: Any, output: Any) -> Any:
+        """Record what `component` did on this run when it is used outside `ctx.lm` (a regex applied, a tool
+        described, a config read): a trace entry for reflection on that component. Returns `output`.
+
+        `inputs` and `output` may be any JSON-able value; they are rendered as text. Same call in sync and async
+        programs (nothing to await). Record the data the component worked on, not the component's own text:
+        reflection already shows that text.
+        """
+        if component not in self.candidate:
+            raise KeyError(f"program recorded component {component!r}; candidate has {list(self.candidate)}")
+        self.trace.append(TraceEntry(component, render_value(inputs), render_value(output)))
+        return output
 
     async def _call(self, component: str, user: str | Sequence[Message], params: Mapping[str, Any]) -> str:
         if component not in self.candidate:

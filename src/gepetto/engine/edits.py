@@ -13,6 +13,9 @@ shown that mistake several times, next to cases that must not change. So an edit
    solved examples, so a rule that breaks easy cases is rejected before a validation pass is paid.
 
 Pure functions here; the loop (engine/loop.py) pays for rollouts and asks the reflection LM.
+
+Appending a rule line suits an instruction, not a regex or code: a component with a description
+(`EngineConfig.component_descriptions`) is an artifact, and the loop rewrites it whole (engine/reflect.py).
 """
 
 from __future__ import annotations
@@ -20,13 +23,22 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gepetto.engine.reflect import _CHAT_ASKS, _CHAT_OPENERS, clip, drop_repeats, echo_fraction, has_scaffolding
+from gepetto.engine.reflect import (
+    _CHAT_ASKS,
+    _CHAT_OPENERS,
+    clip,
+    drop_repeats,
+    echo_fraction,
+    has_scaffolding,
+    whole_run,
+)
 from gepetto.engine.reflect import ReflectionExample as Shown
 from gepetto.lm.base import Message
 from gepetto.program import Rollout
+from gepetto.types import Example
 
 RULE_OPEN, RULE_CLOSE = "<rule>", "</rule>"
 MAX_RULE_CHARS = 400
@@ -82,35 +94,38 @@ def _text(output: object) -> str:
     return " ".join(str(output if output is not None else "").lower().split())
 
 
-def shown(rollout: Rollout, component: str, limit: int = 600) -> Shown:
-    """What the reflection LM sees of one rollout, for one component (its own calls, else the whole run)."""
+def shown(rollout: Rollout, component: str, limit: int = 600, example: Example | None = None) -> Shown:
+    """What the reflection LM sees of one rollout, for one component: its own trace entries, else the whole
+    run (the example's inputs, the program's output or error)."""
     calls = [t for t in rollout.trace if t.component == component]
     if calls:
         inputs = "\n".join(t.inputs for t in calls)
         output = "\n".join(t.output for t in calls)
     else:
-        inputs, output = "(this component was not called)", _text(rollout.output) if rollout.output else ""
-        if rollout.error:
-            output = f"(error) {rollout.error}"
+        run = whole_run(rollout, example)
+        inputs, output = run.inputs, run.output
     return Shown(clip(inputs, limit), clip(output, limit // 2), clip(rollout.score.feedback, limit // 2),
-                 rollout.score.value)
+                 rollout.score.value, whole_run=not calls)
 
 
-def build_edit_prompt(current: str, focus: Focus, component: str, tried_rules: Sequence[str]) -> list[Message]:
-    """The request for one rule. Our markers never surround text the model should copy into its rule."""
-    fails = [shown(r, component) for r in focus.failures]
-    goods = [shown(r, component, 300) for r in focus.contrast]
+def build_edit_prompt(current: str, focus: Focus, component: str, tried_rules: Sequence[str],
+                      examples: Mapping[str, Example] | None = None) -> list[Message]:
+    """The request for one rule. Our markers never surround text the model should copy into its rule.
+    `examples` (by id) give the inputs of runs in which the component left no trace."""
+    by_id = examples or {}
+    fails = [shown(r, component, example=by_id.get(r.example_id)) for r in focus.failures]
+    goods = [shown(r, component, 300, by_id.get(r.example_id)) for r in focus.contrast]
     parts = [
         f"The assistant follows this instruction:\n<current_instruction>\n{current}\n</current_instruction>\n",
         f"On some inputs it makes this mistake: {focus.pattern} ({focus.count} times in the cases we checked). "
         "For example:\n",
     ]
     for ex in fails:
-        parts.append(f"Input: {ex.inputs}\nAssistant's answer: {ex.output}\nFeedback: {ex.feedback}\n")
+        parts.append(f"Input: {ex.inputs}\n{_answer(ex)}: {ex.output}\nFeedback: {ex.feedback}\n")
     if goods:
         parts.append("It already answers these correctly, and they must stay right:\n")
         for ex in goods:
-            parts.append(f"Input: {ex.inputs}\nAssistant's answer: {ex.output}\n")
+            parts.append(f"Input: {ex.inputs}\n{_answer(ex)}: {ex.output}\n")
     if tried_rules:
         parts.append("Rules already tried for this mistake that did not help (write a different one):\n"
                      + "\n".join(f"- {r}" for r in tried_rules) + "\n")
@@ -121,6 +136,10 @@ def build_edit_prompt(current: str, focus: Focus, component: str, tried_rules: S
         f"Write only the rule, between {RULE_OPEN} and {RULE_CLOSE}."
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(parts)}]
+
+
+def _answer(ex: Shown) -> str:
+    return "Program's output" if ex.whole_run else "Assistant's answer"
 
 
 def parse_rule(raw: str) -> str:

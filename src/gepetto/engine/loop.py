@@ -49,6 +49,10 @@ class EngineConfig:
     max_merges: int = 5
     perfect_score: float = 1.0
     components: Sequence[str] | None = None  # which components to evolve; None = all
+    # component -> what kind of text it is ("a Python regular expression that ..."). A described component is an
+    # artifact, not an instruction: reflection is told the description and keeps that kind of text, vetting
+    # takes it verbatim, and the edit proposer rewrites it whole instead of appending a rule line
+    component_descriptions: dict[str, str] | None = None
     reflection_attempts: int = 3
     reflection_temperatures: Sequence[float] = (0.0, 0.7, 1.0)
     reflection_max_tokens: int = 700
@@ -249,15 +253,22 @@ class Engine:
         parent = st.records[parent_idx].candidate
         turn = st.next_component.get(parent_idx, 0)
         st.next_component[parent_idx] = turn + 1
-        if self.config.proposer == "edit":
+        component = self.components[turn % len(self.components)]
+        if self._edits(component):
             batch = self._evidence_batch(parent)
             gate = self.config.minibatch_size + self.config.gate_solved
         else:
             batch = self._next_minibatch(parent)
             gate = len(batch)
         unknown = sum(st.known(parent, e.id) is None for e in batch)
-        return _Plan(st.iteration, parent_idx, self.components[turn % len(self.components)], batch,
-                     unknown + gate + len(self.valset))
+        return _Plan(st.iteration, parent_idx, component, batch, unknown + gate + len(self.valset))
+
+    def _description(self, component: str) -> str | None:
+        return (self.config.component_descriptions or {}).get(component) or None
+
+    def _edits(self, component: str) -> bool:
+        """Whether `component` gets an edit (a rule line appended): only an instruction, never an artifact."""
+        return self.config.proposer == "edit" and self._description(component) is None
 
     async def _reflective_round(self) -> None:
         """Plan up to `proposals_per_round` proposals, try them concurrently, add the accepted ones in order.
@@ -317,16 +328,13 @@ class Engine:
         parent = st.records[plan.parent_idx].candidate
         self.on_event("phase", {"phase": "minibatch", "candidate": plan.parent_idx, "component": plan.component})
         parent_runs = await self._evaluate(parent, plan.batch)
-        if cfg.proposer == "edit":
+        if self._edits(plan.component):
             return await self._try_edit(plan, parent, turn)
         if all(r.score.value >= cfg.perfect_score for r in parent_runs):
             st.proposals["skipped: parent perfect on minibatch"] += 1
             return None
-        examples = reflective_examples(parent_runs, plan.component)
-        if not examples:
-            st.proposals["skipped: component not called"] += 1
-            return None
-        text = await self._propose(parent[plan.component], examples, plan.iteration)
+        examples = reflective_examples(parent_runs, plan.component, plan.batch)
+        text = await self._propose(parent[plan.component], examples, plan.iteration, self._description(plan.component))
         if text is None:
             return None
         child = parent.replace(plan.component, text)
@@ -400,8 +408,10 @@ class Engine:
         cfg, st = self.config, self.state
         current = parent[plan.component]
         self.on_event("phase", {"phase": "reflection"})
-        messages = edits.build_edit_prompt(current, focus, plan.component, tried_rules)
-        shown = [edits.shown(r, plan.component) for r in focus.failures + focus.contrast]
+        by_id = {e.id: e for e in self.trainset}
+        messages = edits.build_edit_prompt(current, focus, plan.component, tried_rules, by_id)
+        shown = [edits.shown(r, plan.component, example=by_id.get(r.example_id))
+                 for r in focus.failures + focus.contrast]
         temps = list(cfg.reflection_temperatures) or [0.0]
         for attempt in range(cfg.reflection_attempts):
             params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": cfg.rule_max_tokens,
@@ -452,11 +462,14 @@ class Engine:
             self._commit(child, (i, j), "merge", None, await self._validate(child, (i, j), "merge", None, st.iteration),
                          st.iteration)
 
-    async def _propose(self, current: str, examples: list[ReflectionExample], iteration: int) -> str | None:
-        """Ask the reflection LM for a new text; vet each answer and retry a bounded number of times."""
+    async def _propose(self, current: str, examples: list[ReflectionExample], iteration: int,
+                       description: str | None = None) -> str | None:
+        """Ask the reflection LM for a new text; vet each answer and retry a bounded number of times. With a
+        `description` the text is an artifact (a regex, code, ...), said so in the prompt and vetted verbatim."""
         cfg, st = self.config, self.state
+        artifact = description is not None
         self.on_event("phase", {"phase": "reflection"})
-        messages = build_prompt(current, examples, max_chars=cfg.reflection_chars)
+        messages = build_prompt(current, examples, max_chars=cfg.reflection_chars, description=description)
         max_tokens = cfg.reflection_max_tokens
         temps = list(cfg.reflection_temperatures) or [0.0]
         for attempt in range(cfg.reflection_attempts):
@@ -468,7 +481,7 @@ class Engine:
                 st.proposals["reflection error"] += 1
                 self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
                 continue
-            proposal = vet(out.text, out.finish_reason, current, examples)
+            proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
             self.on_event("reflection", {"attempt": attempt, "rejected": proposal.rejected,
                                          "text": proposal.text, "raw": out.text})
             if not proposal.rejected:
@@ -476,7 +489,7 @@ class Engine:
             st.proposals[f"rejected: {proposal.rejected}"] += 1
             if proposal.rejected == "truncated":
                 max_tokens *= 2
-            messages = retry_messages(messages, out.text, proposal.rejected)
+            messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact)
         return None
 
     # ---- evaluation and bookkeeping ------------------------------------------------------------
@@ -706,6 +719,9 @@ def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Examp
         missing = [c for c in cfg.components if c not in seed]
         if missing:
             raise ValueError(f"components {missing} are not in the seed candidate ({list(seed)})")
+    unknown = [c for c in cfg.component_descriptions or {} if c not in seed]
+    if unknown:
+        raise ValueError(f"component_descriptions names {unknown}, not in the seed candidate ({list(seed)})")
     if cfg.minibatch_size < 1 or cfg.max_concurrency < 1 or cfg.reflection_attempts < 1 or cfg.max_lm_failures < 1:
         raise ValueError("minibatch_size, max_concurrency, reflection_attempts and max_lm_failures must be at least 1")
     if cfg.budget < len(val):

@@ -3,6 +3,11 @@
 Small reflection models fail in a few typical ways: they answer the examples instead of writing an
 instruction, talk to the user ("Certainly! Please provide..."), copy an example as the "new" instruction, or
 hand back the old text. Every proposal is vetted here, before a single rollout is spent on it.
+
+A component need not be an instruction: one with a description (`EngineConfig.component_descriptions`, e.g.
+"a Python regular expression that ...") is an *artifact*: the prompt names what kind of text it is and asks to
+keep it that kind, and vetting judges it as text used verbatim (a 5-character regex is not "empty", a
+one-character fix to code is not "unchanged", quotes and case matter).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gepetto.lm.base import Message
-from gepetto.program import Rollout
+from gepetto.program import Rollout, format_inputs, render_value
+from gepetto.types import Example
 
 OPEN_TAG, CLOSE_TAG = "<new_instruction>", "</new_instruction>"
 
@@ -37,6 +43,25 @@ Your job: write a new, complete instruction for the assistant so that it does be
 First write "Lessons:" and, in a few short bullet points, what the feedback says went wrong and the rules
 or facts it reveals. Then write the new instruction between {open} and {close}, and nothing after {close}."""
 
+# For a component with a description: any text a program uses (a regex, code, a tool description, a config).
+ARTIFACT_SYSTEM_PROMPT = (
+    "You improve a text that a program uses. You read the current text and examples of the program's work "
+    "with feedback, and you write a better version of that text, of the same kind. You never answer the "
+    "examples yourself and you never talk to the user."
+)
+
+ARTIFACT_TASK_PROMPT = """\
+Your job: write a new, complete version of the text so that the program does better on inputs like these.
+- Work out from the examples and the feedback what the text must do, and what went wrong.
+- Fix every mistake the feedback names, in general terms: the text must work on new inputs, not only on
+  these examples.
+- Keep what already works in the current text.
+- The text you are editing is: {description}. Keep it that kind of text: write it exactly as the program
+  will use it, with no explanation or commentary inside it.
+
+First write "Lessons:" and, in a few short bullet points, what the feedback says went wrong. Then write the
+new text between {open} and {close}, and nothing after {close}."""
+
 
 # Said to the reflection LM after a rejected answer, so the retry does not repeat the same mistake.
 RETRY_HINTS = {
@@ -52,6 +77,24 @@ RETRY_HINTS = {
 }
 
 
+# The same, for an artifact (a component with a description): it is "the text", never "the instruction".
+ARTIFACT_RETRY_HINTS = {
+    "empty": "I found no text in your answer. Write the complete new text between {open} and {close}.",
+    "unchanged": "That is the same as the current text. Write an improved text that fixes the mistakes the "
+    "feedback names, between {open} and {close}.",
+    "chat reply": "Do not talk to me or ask for inputs. Write only the new text itself, between {open} and {close}.",
+    "copies our prompt markers": "That contains markers from my message (example headers, tags or cut marks). "
+    "Write only the new text itself, between {open} and {close}.",
+    "echoes the examples": "That copies the examples. Write a text that works in general, between {open} and "
+    "{close}.",
+}
+
+
+def _said(description: str) -> str:
+    """A description as it reads inside a sentence of ours (no doubled full stop)."""
+    return description.strip().rstrip(".")
+
+
 def lessons(raw: str) -> list[str]:
     """The bullet points of the 'Lessons:' block the reflection LM was asked to write first."""
     head = raw.split(OPEN_TAG, 1)[0]
@@ -61,18 +104,18 @@ def lessons(raw: str) -> list[str]:
     return [_BULLET.sub("", line).strip() for line in head[start:].splitlines()[1:] if _BULLET.match(line)]
 
 
-def retry_messages(messages: list[Message], raw: str, reason: str) -> list[Message]:
+def retry_messages(messages: list[Message], raw: str, reason: str, *, artifact: bool = False) -> list[Message]:
     """The conversation for the next attempt: the rejected answer and why it was rejected.
 
     A model that wrote good lessons and then copied the old instruction is asked to turn its own lessons
     into rules: small models often see what went wrong but do not act on it unprompted.
     """
-    hint = RETRY_HINTS.get(reason)
+    hint = (ARTIFACT_RETRY_HINTS if artifact else RETRY_HINTS).get(reason)
     if hint is None:  # truncated: same request, more tokens
         return messages
     text = hint.format(open=OPEN_TAG, close=CLOSE_TAG)
     found = lessons(raw)
-    if reason == "unchanged" and found:
+    if reason == "unchanged" and found and not artifact:
         listed = "\n".join(f"- {x}" for x in found)
         text = ("That is (nearly) the same as the current instruction, so the assistant would fail again in the "
                 f"same way. Write the instruction again, and this time turn your lessons into explicit rules in "
@@ -90,6 +133,7 @@ class ReflectionExample:
     output: str
     feedback: str
     score: float
+    whole_run: bool = False  # the component left no trace: `inputs`/`output` are the program's own
 
 
 @dataclass(frozen=True)
@@ -110,38 +154,65 @@ def clip(text: str, limit: int) -> str:
     return f"{head}\n[... {len(text) - len(head) - len(tail)} characters cut ...]\n{tail}"
 
 
-def reflective_examples(rollouts: Sequence[Rollout], component: str) -> list[ReflectionExample]:
-    """One entry per rollout that called `component` (or failed before it could), most instructive first."""
+def reflective_examples(
+    rollouts: Sequence[Rollout], component: str, examples: Sequence[Example] = ()
+) -> list[ReflectionExample]:
+    """One entry per rollout, most instructive first: `component`'s own trace entries (its `ctx.lm` calls and
+    `ctx.record`s) where it has some, else the whole run (the example's inputs from `examples`, the program's
+    output or error), since a component read anywhere in the program still shaped that run."""
+    by_id = {e.id: e for e in examples}
     out: list[ReflectionExample] = []
     for r in rollouts:
         calls = [t for t in r.trace if t.component == component]
         if calls:
-            inputs = "\n---\n".join(t.inputs for t in calls)
-            output = "\n---\n".join(t.output for t in calls)
-        elif r.error:
-            inputs, output = "(the program failed before this component answered)", ""
+            out.append(ReflectionExample("\n---\n".join(t.inputs for t in calls),
+                                         "\n---\n".join(t.output for t in calls), r.score.feedback, r.score.value))
         else:
-            continue
-        out.append(ReflectionExample(inputs, output, r.score.feedback, r.score.value))
-    return sorted(out, key=lambda e: e.score)  # failures first: they carry the lessons
+            out.append(whole_run(r, by_id.get(r.example_id)))
+    # failures first: they carry the lessons; at equal score the component's own trace before a whole run
+    return sorted(out, key=lambda e: (e.score, e.whole_run))
+
+
+def whole_run(rollout: Rollout, example: Example | None) -> ReflectionExample:
+    """What reflection sees of a run in which the component left no trace: the program's input and output."""
+    inputs = format_inputs(example.inputs) if example is not None else f"(example {rollout.example_id})"
+    if rollout.output is not None:
+        output = render_value(rollout.output)
+    elif rollout.error:
+        output = f"(no output: the {rollout.stage or 'program'} raised {rollout.error})"
+    else:
+        output = "(no output)"
+    return ReflectionExample(inputs, output, rollout.score.feedback, rollout.score.value, whole_run=True)
 
 
 def build_prompt(
-    current: str, examples: Sequence[ReflectionExample], *, max_chars: int = 6000
+    current: str, examples: Sequence[ReflectionExample], *, max_chars: int = 6000, description: str | None = None
 ) -> list[Message]:
     """The reflection request: the current text in full, then as many examples as fit in `max_chars` in all
-    (at least one, each clipped to its share; failures come first in `examples`)."""
+    (at least one, each clipped to its share; failures come first in `examples`). With a `description` the
+    component is an artifact: the prompt says what kind of text it is instead of calling it an instruction."""
     room = max(max_chars - len(current), 400)
     examples = list(examples)[: max(1, room // 400)]
     per_example = max(room // max(len(examples), 1), 400) - 100  # 100: headers and clip marks of one block
     blocks = []
     for i, ex in enumerate(examples, 1):
+        answer = "[Program output]" if ex.whole_run else "[Output]" if description else "[Assistant's answer]"
         body = (
             f"[Input]\n{clip(ex.inputs, per_example // 2)}\n\n"
-            f"[Assistant's answer]\n{clip(ex.output, per_example // 4)}\n\n"
+            f"{answer}\n{clip(ex.output, per_example // 4)}\n\n"
             f"[Feedback] (score {ex.score:.2f})\n{clip(ex.feedback, per_example // 4)}"
         )
         blocks.append(f"=== Example {i} ===\n{body}")
+    if description:
+        user = (
+            f"A program uses this text. The text you are editing is: {_said(description)}.\n"
+            f"<current_instruction>\n{current}\n</current_instruction>\n\n"
+            "Here is how the program did on some inputs. These are examples only: do not answer them.\n\n"
+            + "\n\n".join(blocks)
+            + "\n\n=== End of examples ===\n\n"
+            + ARTIFACT_TASK_PROMPT.format(open=OPEN_TAG, close=CLOSE_TAG, description=_said(description))
+        )
+        return [{"role": "system", "content": ARTIFACT_SYSTEM_PROMPT}, {"role": "user", "content": user}]
     user = (
         "The assistant was given this instruction (its system prompt):\n"
         f"<current_instruction>\n{current}\n</current_instruction>\n\n"
@@ -171,8 +242,10 @@ _CHAT_ASKS = re.compile(
 )
 
 
-def parse_proposal(raw: str) -> str:
-    """The new instruction inside the answer: tagged text, else the longest fenced block, else all of it."""
+def parse_proposal(raw: str, *, artifact: bool = False) -> str:
+    """The new instruction inside the answer: tagged text, else the longest fenced block, else all of it.
+
+    An artifact is used verbatim: a fence or backticks around the whole text are taken off, quotes are kept."""
     lower = raw.lower()
     start = lower.find(OPEN_TAG)
     if start >= 0:
@@ -183,7 +256,14 @@ def parse_proposal(raw: str) -> str:
         text = max(fences, key=len) if fences else _drop_lessons(raw)
     text = text.replace(OPEN_TAG, "").replace(CLOSE_TAG, "").strip()
     text = _PREAMBLE.sub("", text, count=1).strip()
+    if artifact:
+        whole = _WHOLE_FENCE.fullmatch(text) or _WHOLE_TICKS.fullmatch(text)
+        return whole.group(1).strip("\n") if whole else text
     return text.strip('"').strip()
+
+
+_WHOLE_FENCE = re.compile(r"```[^\n`]*\n(.*?)\n?```", re.S)
+_WHOLE_TICKS = re.compile(r"`([^`\n]+)`")
 
 
 _SENTENCE = re.compile(r"(?<=[.!?:])\s+|\n+")
@@ -251,12 +331,16 @@ def vet(
     min_chars: int = 12,
     max_echo: float = 0.5,
     max_similarity: float = 0.97,
+    artifact: bool = False,
 ) -> ReflectionProposal:
     """Parse the reflection answer and say whether the proposal is worth a rollout.
 
     A cut-off answer is unusable, unless it was cut because the model looped: then the repeats are dropped
-    and what remains is judged like any other proposal.
+    and what remains is judged like any other proposal. An `artifact` (a regex, code, a config: a component
+    with a description) is judged as text used verbatim: see `vet_artifact`.
     """
+    if artifact:
+        return vet_artifact(raw, finish_reason, current, examples, max_echo=max_echo)
     text = parse_proposal(raw)
     if finish_reason == "length":
         text, looped = drop_repeats(text)
@@ -277,11 +361,42 @@ def vet(
     return ReflectionProposal(text, "", raw)
 
 
+# A chat reply in prose ("Certainly! ...", "Sure, here is ..."), not a regex or code that starts with "hi\b".
+_CHAT_PROSE = re.compile(_CHAT_OPENERS.pattern + r"[A-Za-z' ]{0,40}[,!.](?:\s|$)", re.I)
+
+
+def vet_artifact(raw: str, finish_reason: str, current: str, examples: Sequence[ReflectionExample], *,
+                 max_echo: float = 0.5) -> ReflectionProposal:
+    """`vet` for a text used verbatim: any non-empty text may be valid (`\\d{5}`), only an identical text is
+    unchanged (one character can fix a regex), a cut-off text is broken (repeated lines are normal in code),
+    and only prose-like chat replies and our own markers are refused."""
+    if finish_reason == "length":
+        return ReflectionProposal("", "truncated", raw)
+    text = parse_proposal(raw, artifact=True)
+    if not text.strip():
+        return ReflectionProposal(text, "empty", raw)
+    if text.strip() == current.strip():
+        return ReflectionProposal(text, "unchanged", raw)
+    if _CHAT_PROSE.match(text):
+        return ReflectionProposal(text, "chat reply", raw)
+    if _ARTIFACT_SCAFFOLDING.search(text):
+        return ReflectionProposal(text, "copies our prompt markers", raw)
+    if echo_fraction(text, examples) > max_echo:
+        return ReflectionProposal(text, "echoes the examples", raw)
+    return ReflectionProposal(text, "", raw)
+
+
 # Text of ours that must never end up inside a candidate (small models copy what they see).
 _SCAFFOLDING = re.compile(
     r"\[\.\.\. \d+ characters cut \.\.\.\]|</?(?:rule|new_instruction|current_instruction)>|^=== |"
-    r"\bExample \d+\b|\[Assistant's answer\]|\[Feedback\]|\[Input\]",
+    r"\bExample \d+\b|\[Assistant's answer\]|\[Feedback\]|\[Input\]|\[Program output\]",
     re.I | re.M,
+)
+# For artifacts: without "Example N" (a tool description or docstring may well say "Example 1:")
+_ARTIFACT_SCAFFOLDING = re.compile(
+    r"\[\.\.\. \d+ characters cut \.\.\.\]|</?(?:rule|new_instruction|current_instruction)>|^=== |"
+    r"\[Assistant's answer\]|\[Feedback\]|\[(?:Program )?Output\]",
+    re.M,
 )
 
 
