@@ -20,7 +20,7 @@ from gepetto.engine.merge import find_merge
 from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.ledger import Ledger
-from gepetto.lm.base import LM, LMSetupError, LMUnavailable, MeteredLM
+from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
 from gepetto.program import Metric, Program, Rollout, check_metric, run_rollout
 from gepetto.types import Candidate, Example
 
@@ -416,11 +416,8 @@ class Engine:
         for attempt in range(cfg.reflection_attempts):
             params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": cfg.rule_max_tokens,
                       "seed": cfg.seed * 100_003 + plan.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
-            try:
-                out = await self._retrying(self.reflection_lm.complete, messages, **params)
-            except Exception as exc:  # a flaky reflection LM costs an attempt, not the run
-                st.proposals["reflection error"] += 1
-                self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
+            out = await self._reflect(messages, params)
+            if out is None:
                 continue
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown)
             if not why and parent.replace(plan.component, edits.apply_rule(current, rule)).id in self._tried:
@@ -462,6 +459,15 @@ class Engine:
             self._commit(child, (i, j), "merge", None, await self._validate(child, (i, j), "merge", None, st.iteration),
                          st.iteration)
 
+    async def _reflect(self, messages: list[Message], params: dict[str, Any]) -> Completion | None:
+        """One reflection call; a flaky reflection LM costs an attempt (None), not the run."""
+        try:
+            return await self._retrying(self.reflection_lm.complete, messages, **params)
+        except Exception as exc:
+            self.state.proposals["reflection error"] += 1
+            self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
+            return None
+
     async def _propose(self, current: str, examples: list[ReflectionExample], iteration: int,
                        description: str | None = None) -> str | None:
         """Ask the reflection LM for a new text; vet each answer and retry a bounded number of times. With a
@@ -475,11 +481,8 @@ class Engine:
         for attempt in range(cfg.reflection_attempts):
             params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": max_tokens,
                       "seed": cfg.seed * 100_003 + iteration * 10 + attempt, "stop": [CLOSE_TAG]}
-            try:
-                out = await self._retrying(self.reflection_lm.complete, messages, **params)
-            except Exception as exc:  # a flaky reflection LM costs an attempt, not the run
-                st.proposals["reflection error"] += 1
-                self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
+            out = await self._reflect(messages, params)
+            if out is None:
                 continue
             proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
             self.on_event("reflection", {"attempt": attempt, "rejected": proposal.rejected,

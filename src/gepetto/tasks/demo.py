@@ -9,12 +9,12 @@ better. The messages are written for this project.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from typing import Any
 
 from gepetto.program import Task, TraceEntry, single_instruction
+from gepetto.tasks.common import parse_json_object
 from gepetto.types import Candidate, Example, Score
 
 SEED_INSTRUCTION = "Extract the order from the customer's message."
@@ -97,22 +97,11 @@ def same_item(answer: Any, gold: str) -> bool:
     return bool(_item_forms(str(answer)) & _item_forms(gold))
 
 
-def _parse(output: str) -> dict | None:
-    m = re.search(r"\{.*\}", output, re.S)
-    if not m:
-        return None
-    try:
-        value = json.loads(m.group(0))
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def metric(example: Example, output: Any, trace: list[TraceEntry]) -> Score:
     """0.2 for a JSON object with the right keys, 0.4 for the item (singular or plural), 0.4 for the quantity."""
     gold_item, gold_qty, note = example.gold["item"], example.gold["quantity"], example.gold["note"]
     text = str(output or "").strip()
-    data = _parse(text)
+    data = parse_json_object(text)
     if data is None or not {"item", "quantity"} <= set(data):
         return Score(0.0, f"The reply is not the required JSON. {FORMAT} Here the answer is "
                           f'{{"item": "{gold_item}", "quantity": {gold_qty}}}.' + (f" Note: {note}." if note else ""))

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gepetto.program import Task, TraceEntry, single_instruction
+from gepetto.tasks.common import parse_json_object
 from gepetto.types import Candidate, Example, Score
 
 FOLDER = "snips"
@@ -98,18 +99,6 @@ def _pairs(obj: Any) -> set[tuple[str, str]]:
             if v is not None and normalize_value(v):
                 out.add((str(key), normalize_value(v)))
     return out
-
-
-def parse_json_object(output: Any) -> dict[str, Any] | None:
-    """The JSON object in the answer (the outermost braces; code fences allowed), or None."""
-    m = re.search(r"\{.*\}", str(output or ""), re.S)
-    if not m:
-        return None
-    try:
-        value = json.loads(m.group(0))
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def make_metric(intent: str) -> Any:
