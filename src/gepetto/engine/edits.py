@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import random
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gepetto.engine.reflect import (
     _CHAT_ASKS,
     _CHAT_OPENERS,
+    _normal,
+    between_tags,
     clip,
     drop_repeats,
     echo_fraction,
@@ -144,12 +145,8 @@ def _answer(ex: Shown) -> str:
 
 def parse_rule(raw: str) -> str:
     """The rule inside the answer (tags, else the first non-empty paragraph), as one line."""
-    lower = raw.lower()
-    start = lower.find(RULE_OPEN)
-    if start >= 0:
-        end = lower.find(RULE_CLOSE, start)
-        text = raw[start + len(RULE_OPEN) : end if end >= 0 else len(raw)]
-    else:
+    text = between_tags(raw, RULE_OPEN, RULE_CLOSE)
+    if text is None:
         paragraphs = [p for p in re.split(r"\n\s*\n", raw.strip()) if p.strip()]
         text = paragraphs[0] if paragraphs else ""
         text = re.sub(r"^\s*(?:\*\*)?(?:new )?rule(?:\*\*)?\s*:\s*", "", text, flags=re.I)
@@ -216,10 +213,3 @@ def gate_batch(focus: Focus, evidence: Sequence[Rollout], perfect: float, n_fail
         ids += others[: n_fail + n_solved - len(ids)]
     return ids
 
-
-def pattern_counts(evidence: Sequence[Rollout], perfect: float) -> Counter:
-    return Counter(pattern_of(r) for r in evidence if r.score.value < perfect)
-
-
-def _normal(text: str) -> str:
-    return " ".join(text.lower().split())

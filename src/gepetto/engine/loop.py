@@ -169,6 +169,8 @@ class Engine:
         _check_inputs(seed_candidate, trainset, valset, cfg)
         self.program, self.metric, self.seed = program, metric, seed_candidate
         self.trainset, self.valset = list(trainset), list(valset)
+        self._train_by_id = {e.id: e for e in self.trainset}
+        self._epoch_order: tuple[int, list[int]] = (-1, [])  # (epoch, shuffled training indices), derived
         self.components = list(cfg.components or seed_candidate.keys())
         self.state = RunState([e.id for e in valset], cfg.budget, ledger=ledger or Ledger())
         self.task_lm = MeteredLM(task_lm, self.state.ledger, "task")
@@ -382,8 +384,7 @@ class Engine:
         if not await self._claim(child, turn):
             st.proposals["rejected: already tried"] += 1
             return None
-        by_id = {e.id: e for e in self.trainset}
-        gate = [by_id[i] for i in edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size,
+        gate = [self._train_by_id[i] for i in edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size,
                                                     cfg.gate_solved, rng)]
         parent_runs = await self._evaluate(parent, gate)  # known: free
         child_runs = await self._evaluate(child, gate)
@@ -408,7 +409,7 @@ class Engine:
         cfg, st = self.config, self.state
         current = parent[plan.component]
         self.on_event("phase", {"phase": "reflection"})
-        by_id = {e.id: e for e in self.trainset}
+        by_id = self._train_by_id
         messages = edits.build_edit_prompt(current, focus, plan.component, tried_rules, by_id)
         shown = [edits.shown(r, plan.component, example=by_id.get(r.example_id))
                  for r in focus.failures + focus.contrast]
@@ -598,6 +599,17 @@ class Engine:
         if cost > self.state.remaining:
             raise _OutOfBudget(f"budget: the {what} could cost {cost} rollouts, {self.state.remaining} left")
 
+    def _next_train_example(self) -> Example:
+        """The example at the training cursor, in an order shuffled anew each epoch (seeded), and advance."""
+        n = len(self.trainset)
+        epoch, pos = divmod(self.state.train_cursor, n)
+        if self._epoch_order[0] != epoch:
+            order = list(range(n))
+            random.Random(f"{self.config.seed}:epoch:{epoch}").shuffle(order)
+            self._epoch_order = (epoch, order)
+        self.state.train_cursor += 1
+        return self.trainset[self._epoch_order[1][pos]]
+
     def _next_minibatch(self, parent: Candidate) -> list[Example]:
         """The next examples of the epoch-shuffled training order, skipping ones the parent already solves."""
         cfg, st = self.config, self.state
@@ -605,11 +617,7 @@ class Engine:
         chosen: list[Example] = []
         solved: list[Example] = []
         for _ in range(n):
-            epoch, pos = divmod(st.train_cursor, n)
-            order = list(range(n))
-            random.Random(f"{cfg.seed}:epoch:{epoch}").shuffle(order)
-            ex = self.trainset[order[pos]]
-            st.train_cursor += 1
+            ex = self._next_train_example()
             if any(ex.id == c.id for c in chosen):
                 continue
             known = st.known(parent, ex.id)
@@ -632,11 +640,7 @@ class Engine:
         for _ in range(n):
             if len(chosen) >= want:
                 break
-            epoch, pos = divmod(st.train_cursor, n)
-            order = list(range(n))
-            random.Random(f"{cfg.seed}:epoch:{epoch}").shuffle(order)
-            ex = self.trainset[order[pos]]
-            st.train_cursor += 1
+            ex = self._next_train_example()
             if st.known(parent, ex.id) is None and all(ex.id != c.id for c in chosen):
                 chosen.append(ex)
         return chosen

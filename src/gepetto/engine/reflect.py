@@ -242,16 +242,23 @@ _CHAT_ASKS = re.compile(
 )
 
 
+def between_tags(raw: str, open_tag: str, close_tag: str) -> str | None:
+    """The text after `open_tag` up to `close_tag` (or the end, when unclosed), tags matched in any case; None
+    when the answer has no opening tag."""
+    lower = raw.lower()
+    start = lower.find(open_tag)
+    if start < 0:
+        return None
+    end = lower.find(close_tag, start)
+    return raw[start + len(open_tag) : end if end >= 0 else len(raw)]
+
+
 def parse_proposal(raw: str, *, artifact: bool = False) -> str:
     """The new instruction inside the answer: tagged text, else the longest fenced block, else all of it.
 
     An artifact is used verbatim: a fence or backticks around the whole text are taken off, quotes are kept."""
-    lower = raw.lower()
-    start = lower.find(OPEN_TAG)
-    if start >= 0:
-        end = lower.find(CLOSE_TAG, start)
-        text = raw[start + len(OPEN_TAG) : end if end >= 0 else len(raw)]
-    else:
+    text = between_tags(raw, OPEN_TAG, CLOSE_TAG)
+    if text is None:
         fences = _FENCE.findall(raw)
         text = max(fences, key=len) if fences else _drop_lessons(raw)
     text = text.replace(OPEN_TAG, "").replace(CLOSE_TAG, "").strip()
