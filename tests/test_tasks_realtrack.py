@@ -61,6 +61,20 @@ def test_clinc_answers_listing_labels_or_with_extra_words_score_zero():
     assert normalize_label(" `Bill Balance` ") == "bill_balance"
 
 
+def test_clinc_subset_uses_only_its_intents_and_rejects_unknown_subsets():
+    from gepetto.tasks.intents import SUBSETS
+
+    task = load_task("clinc-banking8")
+    wanted = set(SUBSETS["banking8"])
+    for part in (task.trainset, task.valset, task.testset):
+        assert {e.gold for e in part} == wanted
+    assert "routing" not in task.seed_candidate["instruction"] and "min_payment" in task.seed_candidate["instruction"]
+    ex = task.testset[0]
+    assert task.metric(ex, "routing", []).value == 0.0  # a banking intent outside the subset is not a label
+    with pytest.raises(ValueError, match="subset"):
+        load_task("clinc-banking", subset="nope")
+
+
 def test_clinc_oos_has_out_of_scope_examples_in_every_split():
     task = load_task("clinc-credit-oos")
     for part in (task.trainset, task.valset, task.testset):

@@ -19,6 +19,7 @@ TASKS: dict[str, str] = {
     "aime": "gepetto.tasks.math",
     "clinc-banking": "gepetto.tasks.intents",  # real track: cheap rollouts, measured headroom
     "clinc-credit-oos": "gepetto.tasks.intents",
+    "clinc-banking8": "gepetto.tasks.intents",
     "clinc-kitchen": "gepetto.tasks.intents",
     "clinc-work-oos": "gepetto.tasks.intents",
     "snips-restaurant": "gepetto.tasks.slots",
@@ -33,6 +34,7 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     "aime": {"dataset": "aime"},
     "clinc-banking": {"domain": "banking", "oos": False},
     "clinc-credit-oos": {"domain": "credit_cards", "oos": True},
+    "clinc-banking8": {"domain": "banking", "oos": False, "subset": "banking8"},
     "clinc-kitchen": {"domain": "kitchen_and_dining", "oos": False},
     "clinc-work-oos": {"domain": "work", "oos": True},
     "snips-restaurant": {"intent": "BookRestaurant"},

@@ -108,21 +108,29 @@ DEFINITIONS: dict[str, dict[str, str]] = {
 OOS_DEFINITION = "anything that matches none of the intents above (another topic)"
 
 
-def labels(domain: str, oos: bool = False) -> list[str]:
-    """The label set of a domain (sorted), with `out_of_scope` last when `oos`."""
-    return sorted(DEFINITIONS[domain]) + ([OOS] if oos else [])
+# Subsets of a domain's intents: the ones the plain seed confuses most (a harder, smaller label set).
+SUBSETS: dict[str, tuple[str, ...]] = {
+    "banking8": ("account_blocked", "balance", "bill_balance", "bill_due", "freeze_account", "min_payment",
+                 "pay_bill", "transactions"),
+}
 
 
-def seed_instruction(domain: str, oos: bool = False) -> str:
+def labels(domain: str, oos: bool = False, subset: str | None = None) -> list[str]:
+    """The label set of a domain (sorted), or of one of its `SUBSETS`, with `out_of_scope` last when `oos`."""
+    names = SUBSETS[subset] if subset else DEFINITIONS[domain]
+    return sorted(names) + ([OOS] if oos else [])
+
+
+def seed_instruction(domain: str, oos: bool = False, subset: str | None = None) -> str:
     """The plain seed: the task, the labels and the answer format, nothing more."""
     scope = (f" If the message matches none of them, answer {OOS}." if oos else "")
     return (f"Classify the customer's message into one of these {domain.replace('_', ' ')} intents: "
-            f"{', '.join(labels(domain))}.{scope} Reply with only the intent name.")
+            f"{', '.join(labels(domain, subset=subset))}.{scope} Reply with only the intent name.")
 
 
-def expert_instruction(domain: str, oos: bool = False) -> str:
+def expert_instruction(domain: str, oos: bool = False, subset: str | None = None) -> str:
     """The hand-written expert prompt: the seed's task and format plus one line of definition per intent."""
-    lines = [f"- {name}: the customer {DEFINITIONS[domain][name]}" for name in sorted(DEFINITIONS[domain])]
+    lines = [f"- {name}: the customer {DEFINITIONS[domain][name]}" for name in labels(domain, subset=subset)]
     if oos:
         lines.append(f"- {OOS}: {OOS_DEFINITION}")
     return (f"Classify the customer's message into exactly one {domain.replace('_', ' ')} intent. The intents:\n"
@@ -191,36 +199,41 @@ def _balanced(rows: list[tuple[str, str]], label_set: list[str], n: int, rng: ra
 
 
 def load(
-    data_dir: Any = None, *, seed: int = 0, domain: str = "banking", oos: bool = False,
+    data_dir: Any = None, *, seed: int = 0, domain: str = "banking", oos: bool = False, subset: str | None = None,
     n_train: int = 60, n_val: int = 30, n_test: int = 150, oos_share: float = 0.2, **_: Any,
 ) -> Task:
-    """A CLINC150 single-domain task. Each split is drawn from CLINC's split of the same name."""
+    """A CLINC150 single-domain task (or a `SUBSETS` entry of a domain's intents).
+
+    Each split is drawn from CLINC's split of the same name.
+    """
     if domain not in DEFINITIONS:
         raise ValueError(f"no hand-written definitions for domain {domain!r}; domains: {sorted(DEFINITIONS)}")
+    if subset is not None and (subset not in SUBSETS or not set(SUBSETS[subset]) <= set(DEFINITIONS[domain])):
+        raise ValueError(f"unknown intent subset {subset!r} for domain {domain!r}; subsets: {sorted(SUBSETS)}")
     data, domains = _read(data_dir)
     if domains and sorted(domains.get(domain, [])) != sorted(DEFINITIONS[domain]):
         raise ValueError(f"domain {domain!r} in domains.json does not match the built-in intent list")
     rng = random.Random(f"clinc:{domain}:{oos}:{seed}")
-    label_set = labels(domain, oos)
+    label_set = labels(domain, oos, subset)
     splits: dict[str, list[Example]] = {}
     for part, n in (("train", n_train), ("val", n_val), ("test", n_test)):
         n_oos = round(n * oos_share) if oos else 0
-        rows = _balanced([(t, lab) for t, lab in data[part]], labels(domain), n - n_oos, rng)
+        rows = _balanced([(t, lab) for t, lab in data[part]], labels(domain, subset=subset), n - n_oos, rng)
         oos_rows = list(data[f"oos_{part}"])
         rng.shuffle(oos_rows)
         rows += [(t, OOS) for t, _ in oos_rows[:n_oos]]
         rng.shuffle(rows)
         splits[part] = [Example({"message": t}, gold=lab, id=f"clinc-{part}-{_key(t, lab)}") for t, lab in rows]
     majority = Counter(e.gold for e in splits["train"]).most_common(1)[0][0]
-    name = f"clinc-{domain}" + ("-oos" if oos else "")
+    name = f"clinc-{subset or domain}" + ("-oos" if oos else "")
     return Task(
         name=name,
         program=single_instruction("instruction", max_tokens=16),
         metric=make_metric(label_set),
-        seed_candidate=Candidate(instruction=seed_instruction(domain, oos)),
+        seed_candidate=Candidate(instruction=seed_instruction(domain, oos, subset)),
         trainset=splits["train"], valset=splits["val"], testset=splits["test"],
         description=f"CLINC150 intents of the {domain} domain ({len(label_set)} labels): message -> intent name.",
-        expert_candidate=Candidate(instruction=expert_instruction(domain, oos)),
+        expert_candidate=Candidate(instruction=expert_instruction(domain, oos, subset)),
         baseline=majority,
     )
 
