@@ -20,6 +20,7 @@ from rich.panel import Panel
 from rich.table import Column, Table
 from rich.text import Text
 
+from gepetto.engine.pareto import best_index
 from gepetto.progress import ProgressDisplay
 from gepetto.runner import DEFAULT_STORAGE, ConfigError, load_config, start_or_resume
 from gepetto.secrets import redact
@@ -139,7 +140,7 @@ def optimize(
     started = time.monotonic()
     try:
         with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
-            name, result = start_or_resume(cfg, storage=storage, run=run, on_event=progress, stop_file=stop_file,
+            name, result = start_or_resume(cfg, storage=storage, run=run, callbacks=progress, stop_file=stop_file,
                                            explicit=explicit)
     except (ConfigError, StoreError) as exc:
         raise _fail(str(exc), 2) from None
@@ -160,8 +161,9 @@ def runs(storage: str = StorageOpt) -> None:
         res = info.result or {}
         best = res.get("best_score")
         if best is None:
-            cands = store.candidates(info.name)
-            best = max((c["mean"] for c in cands), default=None)
+            means = [c["mean"] for c in store.candidates(info.name)]
+            i = best_index(means)
+            best = None if i is None else means[i]
         ledger = res.get("ledger") or store.ledger(info.name)
         cost = sum(u.get("cost", 0.0) for u in ledger.values())
         used = res.get("rollouts_used", store.count_rollouts(info.name))
@@ -191,7 +193,7 @@ def show(run: str, storage: str = StorageOpt) -> None:
         console.print("no candidate has been validated yet")
         return
     console.print(f"validation: seed {res['seed_score']:.3f} -> best {res['best_score']:.3f}; "
-                  f"{res['rollouts_used']}/{res['budget']} rollouts; stopped: {_t(res['stop_reason'])}")
+                  f"{res['rollouts_used']}/{res['budget']} rollouts; stopped: {_t(res['stop_message'])}")
     for component, text in res["best_candidate"].items():
         console.print(Panel(Text(redact(text)), title=f"best: {_t(component)}", expand=False))
     front = Table("candidate", "origin", "parents", "validation", title="Pareto front")
@@ -261,7 +263,7 @@ def demo(
     started = time.monotonic()
     try:
         with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
-            name, result = start_or_resume(cfg, storage=storage, on_event=progress)
+            name, result = start_or_resume(cfg, storage=storage, callbacks=progress)
     except StoreError as exc:
         raise _fail(str(exc), 2) from None
     except Exception as exc:
