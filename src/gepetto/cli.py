@@ -1,6 +1,8 @@
 """The `gepetto` command: a thin shell over the runner and the run store (Typer + Rich).
 
-Exit codes: 0 ok, 1 the run failed, 2 usage or configuration error.
+Exit codes: 0 ok (also when Ctrl-C or SIGTERM stopped a run: the best so far is shown, the run resumable),
+1 the run failed, 2 usage or configuration error, 3 the run stopped because the LM endpoint kept failing
+(StopReason.LM_UNAVAILABLE: everything paid is kept; fix the LM and resume with the same --run).
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ def _task_options(items: list[str] | None) -> dict[str, Any] | None:
     return out
 
 
+EXIT_LM_UNAVAILABLE = 3
+
+
 def _report_result(name: str, result: Any, started: float) -> None:
     console.print(redact(result.summary()), highlight=False, markup=False)
     for component, text in result.best_candidate.items():
@@ -90,6 +95,9 @@ def _report_result(name: str, result: Any, started: float) -> None:
                       f"(no cost, no time); `--cache off` asks the LMs again")
     console.print(f"[dim]run {_t(repr(name))} stored; see it with `gepetto show {_t(name)}` or "
                   f"`gepetto report {_t(name)} -o report.html`[/dim]")
+    if result.stop_reason.failed:  # the best so far is shown above, but the run did not end well: say so
+        raise _fail(f"the run stopped early: {result.stop_message}; resume it with `--run {name}` once the LM "
+                    f"answers", EXIT_LM_UNAVAILABLE)
 
 
 @app.command()
