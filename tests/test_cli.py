@@ -151,7 +151,7 @@ def test_a_run_stopped_by_a_failing_lm_exits_non_zero_with_a_clear_message(cli, 
     res = cli("optimize", *SIM, "-c", "run.yaml", "--budget", 80, "--run", "r", "--storage", "runs.sqlite", "-q")
     assert res.exit_code == 3, res.output
     assert "the run stopped early: LM unavailable: 2 LM calls in a row failed" in res.output
-    assert "resume it with `--run r`" in res.output
+    assert "to resume: gepetto optimize --run r" in res.output
     assert "validation: seed" in res.output  # the best so far is still shown
     runs = cli("runs", "--storage", "runs.sqlite")
     assert "interrupted" in runs.output  # resumable

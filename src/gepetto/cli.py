@@ -96,8 +96,8 @@ def _report_result(name: str, result: Any, started: float) -> None:
     console.print(f"[dim]run {_t(repr(name))} stored; see it with `gepetto show {_t(name)}` or "
                   f"`gepetto report {_t(name)} -o report.html`[/dim]")
     if result.stop_reason.failed:  # the best so far is shown above, but the run did not end well: say so
-        raise _fail(f"the run stopped early: {result.stop_message}; resume it with `--run {name}` once the LM "
-                    f"answers", EXIT_LM_UNAVAILABLE)
+        raise _fail(f"the run stopped early: {result.stop_message}; to resume: gepetto optimize --run {name}",
+                    EXIT_LM_UNAVAILABLE)
 
 
 @app.command()
