@@ -7,6 +7,7 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -234,6 +235,8 @@ def test_best_index_is_the_best_mean_earliest_on_ties(means):
     got = best_index(means)
     valid = [(m, -i) for i, m in enumerate(means) if m is not None]
     assert got == (None if not valid else -max(valid)[1])
+    vector = np.array([math.nan if m is None else m for m in means], dtype=float)
+    assert best_index(vector) == got  # the archive's vectorised path: the same rule
 
 
 def test_the_archive_uses_the_same_rule():

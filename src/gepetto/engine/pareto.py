@@ -16,11 +16,15 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def best_index(means: Sequence[float | None]) -> int | None:
+def best_index(means: Sequence[float | None] | np.ndarray) -> int | None:
     """The one rule for "the best candidate", used by the engine, `Result`, the stored-run snapshot, `gepetto
     runs/show/export` and the report: the highest mean validation score among fully evaluated candidates (a
     candidate whose validation was cut short is never in the pool, so never in `means`); on a tie the earliest
     candidate (lowest index) wins. A missing (None) or NaN mean never wins. None when nothing qualifies."""
+    if isinstance(means, np.ndarray):  # the engine's archive: the same rule, vectorised (argmax: first of ties)
+        masked = np.where(np.isnan(means), -np.inf, means)
+        i = int(np.argmax(masked)) if masked.size else -1
+        return i if i >= 0 and masked[i] > -np.inf else None
     best, top = None, -math.inf
     for i, m in enumerate(means):
         if m is not None and m > top:  # strictly greater: the earliest keeps a tie; NaN compares False
@@ -136,7 +140,7 @@ class ParetoArchive:
 
     def best(self) -> int:
         """Index of the best candidate by `best_index` (every row covers all examples: sums order as means)."""
-        best = best_index(self._sums[: self._n].tolist())
+        best = best_index(self._sums[: self._n])
         if best is None:
             raise ValueError("the archive is empty")
         return best
