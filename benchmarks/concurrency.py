@@ -34,7 +34,8 @@ def one_run(url: str, concurrency: int, budget: int, proposals: int, seed: int) 
     return {"max_concurrency": concurrency, "wall_s": round(wall, 2), "rollouts": result.rollouts_used,
             "seed_score": result.seed_score, "best_score": result.best_score,
             "task_calls": led.roles["task"].calls, "reflection_calls": led.roles["reflection"].calls,
-            "candidates": len(result.candidates), "stop_reason": result.stop_reason}
+            "candidates": len(result.candidates), "stop_reason": result.stop_reason.value,
+            "stop_message": result.stop_message}
 
 
 def main() -> None:

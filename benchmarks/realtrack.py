@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gepetto import events as ev
 from gepetto.api import evaluate_async
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm
@@ -70,26 +71,28 @@ def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
                       max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED})
     counts: dict[str, int] = {"reflections": 0, "usable": 0}
 
-    def on_event(kind: str, data: dict[str, Any]) -> None:
-        if kind == "reflection":
+    def on_event(event: ev.Event) -> None:
+        if isinstance(event, ev.ReflectionAnswered):
             counts["reflections"] += 1
-            counts["usable"] += not data["rejected"]
-        elif kind == "candidate":
-            rec = data["record"]
+            counts["usable"] += event.rejected is None
+        elif isinstance(event, ev.CandidateAdded):
+            rec = event.record
             print(f"[{name} {proposer} s{seed}] candidate {rec.index} ({rec.origin}) val {rec.mean:.3f} "
                   f"at {rec.rollouts_at_creation} rollouts", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
     run = f"rt-{name}-{proposer}-s{seed}" + (f"-{extra['run_suffix']}" if extra.get("run_suffix") else "")
-    _, result = start_or_resume(cfg, storage=storage, run=run, on_event=on_event)
+    _, result = start_or_resume(cfg, storage=storage, run=run, callbacks=on_event)
     seconds = time.perf_counter() - t0
     lm = CachedLM(make_lm(TASK_LM), storage)
     best_test = asyncio.run(_score(task, result.best_candidate, task.testset, lm))
     return {"kind": "run", "task": name, "proposer": proposer, "seed": seed, "budget": budget,
             "rollouts": result.rollouts_used, "seed_val": result.seed_score, "best_val": result.best_score,
-            "best_test": best_test, "candidates": len(result.candidates), "proposals": result.proposals,
+            "best_test": best_test, "candidates": len(result.candidates),
+            "proposals": {str(k): v for k, v in result.proposals.items()},
             "reflections": counts["reflections"], "usable": counts["usable"], "seconds": round(seconds),
-            "stop_reason": result.stop_reason, "best": dict(result.best_candidate)}
+            "stop_reason": result.stop_reason.value, "stop_message": result.stop_message,
+            "best": dict(result.best_candidate)}
 
 
 def table(log: Path) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gepetto.api import evaluate_async
+from gepetto.events import CandidateAdded, Event
 from gepetto.ledger import Ledger
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm
@@ -78,7 +79,7 @@ def run_task(name: str, storage: Path, data_dir: str | None, overrides: dict[str
     cfg = load_config(task=name, task_lm=task_lm, reflection_lm=reflection_lm, seed=0, data_dir=data_dir,
                       max_concurrency=4, **s)
     t0 = time.perf_counter()
-    run, result = start_or_resume(cfg, storage=storage, run=f"bench-{name}{suffix}", on_event=_log(name))
+    run, result = start_or_resume(cfg, storage=storage, run=f"bench-{name}{suffix}", callbacks=_log(name))
     opt_s = time.perf_counter() - t0
     cfg, task = stored_task(storage, run)  # a resumed run was built from its stored config: test on its split
     lm = CachedLM(make_lm(cfg.task_lm), storage)  # test answers cached too: a rerun of this script is cheap
@@ -89,16 +90,17 @@ def run_task(name: str, storage: Path, data_dir: str | None, overrides: dict[str
         "budget": cfg.budget, "rollouts": result.rollouts_used, "seed_val": result.seed_score,
         "best_val": result.best_score, "seed_test": seed_test, "best_test": best_test,
         "candidates": len(result.candidates), "optimise_s": round(opt_s), "test_s": round(time.perf_counter() - t1),
-        "stop_reason": result.stop_reason, "best": dict(result.best_candidate),
+        "stop_reason": result.stop_reason.value, "stop_message": result.stop_message,
+        "best": dict(result.best_candidate),
     }
     print(json.dumps(row), flush=True)
     return row
 
 
 def _log(name: str):
-    def on_event(kind: str, data: dict[str, Any]) -> None:
-        if kind == "candidate":
-            rec = data["record"]
+    def on_event(event: Event) -> None:
+        if isinstance(event, CandidateAdded):
+            rec = event.record
             print(f"[{name}] candidate {rec.index} ({rec.origin}): val {rec.mean:.3f}", file=sys.stderr, flush=True)
     return on_event
 

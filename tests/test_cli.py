@@ -124,3 +124,56 @@ def test_task_options_from_the_command_line(cli):
     assert RunStore("s.sqlite").get_run("k2").config["task_options"] == {"kinds": 2}
     res = cli("optimize", *SIM, "--task-option", "nokeyvalue", "--storage", "s.sqlite", "-q")
     assert res.exit_code == 2 and "KEY=VALUE" in res.output
+
+
+def _dying_task_lm(monkeypatch, answers):
+    """Make `sim:task` answer `answers` calls, then fail like a dead endpoint (LMUnavailable)."""
+    from gepetto import sim
+    from gepetto.lm import names
+    from gepetto.lm.base import LMUnavailable
+
+    real = names.make_lm
+
+    class Dying(sim.SimTaskLM):
+        async def complete(self, messages, **params):
+            if self.calls >= answers:
+                self.calls += 1
+                raise LMUnavailable("sim-task: gave up after 7 attempts; last error: HTTP 503")
+            return await super().complete(messages, **params)
+
+    monkeypatch.setattr(names, "make_lm", lambda name: Dying() if name == "sim:task" else real(name))
+
+
+def test_a_run_stopped_by_a_failing_lm_exits_non_zero_with_a_clear_message(cli, monkeypatch, tmp_path):
+    # issue 11: the CLI printed the best so far and exited 0, as if the run had finished
+    _dying_task_lm(monkeypatch, answers=20)
+    (tmp_path / "run.yaml").write_text("max_lm_failures: 2\nlm_retry_pause: 0\n")
+    res = cli("optimize", *SIM, "-c", "run.yaml", "--budget", 80, "--run", "r", "--storage", "runs.sqlite", "-q")
+    assert res.exit_code == 3, res.output
+    assert "the run stopped early: LM unavailable: 2 LM calls in a row failed" in res.output
+    assert "to resume: gepetto optimize --run r" in res.output
+    assert "validation: seed" in res.output  # the best so far is still shown
+    runs = cli("runs", "--storage", "runs.sqlite")
+    assert "interrupted" in runs.output  # resumable
+    show = cli("show", "r", "--storage", "runs.sqlite")
+    assert "stopped: LM unavailable: 2 LM calls in a row failed" in show.output
+
+
+def test_normal_and_user_stops_keep_exit_code_0(cli, tmp_path):
+    stop = tmp_path / "STOP"
+    stop.write_text("")
+    for extra in (["--budget", 80], ["--budget", 400, "--target", 0.5], ["--budget", 400, "--stop-file", stop]):
+        res = cli("optimize", *SIM, *extra, "--storage", "runs.sqlite", "-q")
+        assert res.exit_code == 0, res.output
+
+
+def test_a_broken_metric_exits_non_zero_with_a_clear_message(cli, tmp_path):
+    (tmp_path / "broken.py").write_text(
+        "from gepetto import Task, sim\n\n"
+        "def make_task():\n"
+        "    t = sim.task()\n"
+        "    return Task('broken', t.program, lambda ex, out, trace: None, t.seed_candidate, t.trainset, t.valset)\n")
+    res = cli("optimize", "--task", "broken.py:make_task", "--task-lm", "sim:task", "--reflection-lm",
+              "sim:reflection", "--budget", 80, "--run", "b", "--storage", "runs.sqlite", "-q")
+    assert res.exit_code != 0 and "MetricError" in res.output and "metric" in res.output
+    assert "failed" in cli("runs", "--storage", "runs.sqlite").output

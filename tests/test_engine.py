@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import gepetto
 from gepetto import sim
 from gepetto.engine.merge import find_merge, merge_texts
+from gepetto.events import Outcome, PlanMade, RolloutFinished, StopReason
 from gepetto.lm.base import Completion, LMUnavailable, ScriptedLM, Usage
 from gepetto.program import MetricError
 from gepetto.store.sqlite import RunStore, StoredRollouts
@@ -37,8 +38,8 @@ def test_improving_proposals_are_accepted_and_reach_the_optimum():
     assert result.seed_score == 0.0
     assert result.best_score == 1.0
     assert all(f"rule-{k}" in result.best_candidate["instruction"] for k in range(4))
-    assert result.proposals["accepted"] >= 4
-    assert result.stop_reason == "validation score is perfect"
+    assert result.proposals[Outcome.ACCEPTED] >= 4
+    assert result.stop_reason is StopReason.PERFECT_SCORE and result.stop_message == "validation score is perfect"
     # lineage: every accepted child descends from the seed
     assert result.candidates[0].origin == "seed"
     assert all(c.parents for c in result.candidates[1:])
@@ -49,8 +50,8 @@ def test_worse_proposals_are_rejected_on_the_minibatch():
     result = run(reflection=worse, budget=60, seed=0)
     assert len(result.candidates) == 1
     assert result.best_score == result.seed_score == 0.0
-    assert result.proposals["rejected: not better on minibatch"] >= 1
-    assert result.proposals.get("accepted", 0) == 0
+    assert result.proposals[Outcome.NOT_BETTER] >= 1
+    assert result.proposals.get(Outcome.ACCEPTED, 0) == 0
 
 
 @pytest.mark.parametrize(
@@ -65,7 +66,7 @@ def test_malformed_proposals_cost_no_rollouts(bad):
     child_runs = [k for k in result.candidates if k.origin != "seed"]
     assert not child_runs
     assert result.rollouts_used <= len(task.valset) + len(task.trainset)
-    assert result.stop_reason.startswith("stalled")
+    assert result.stop_reason is StopReason.STALLED and result.stop_message.startswith("stalled")
     assert len(lm.calls) == 3 * result.iterations  # every iteration retried the reflection LM 3 times
 
 
@@ -75,7 +76,7 @@ def test_truncated_proposal_is_retried_with_more_tokens():
     lm = ScriptedLM(lambda m, p: answers.pop(0) if answers else "")
     result = run(reflection=lm, budget=40, seed=0, max_idle_iterations=2)
     assert lm.calls[1][1]["max_tokens"] == 2 * lm.calls[0][1]["max_tokens"]
-    assert result.proposals["rejected: truncated"] == 1
+    assert result.proposals[Outcome.TRUNCATED] == 1
 
 
 @given(budget=st.integers(12, 120), minibatch=st.integers(1, 4), n_val=st.integers(2, 12),
@@ -182,17 +183,20 @@ def test_find_merge_needs_a_common_ancestor_and_a_new_child():
 
 def test_target_score_and_stop_file(tmp_path):
     result = run(budget=200, target_score=0.5)
-    assert result.stop_reason == "target score 0.5 reached" and 0.5 <= result.best_score < 1.0
+    assert result.stop_reason is StopReason.TARGET_REACHED and 0.5 <= result.best_score < 1.0
+    assert result.stop_message == "target score 0.5 reached"
     stop = tmp_path / "STOP"
     stop.write_text("")
     result = run(budget=200, stop_file=str(stop))
-    assert result.stop_reason.startswith("stop file") and len(result.candidates) == 1
+    assert result.stop_reason is StopReason.STOP_FILE and len(result.candidates) == 1
+    assert result.stop_message == f"stop file {stop} found"
 
 
 def test_patience_stops_a_stuck_run():
     worse = ScriptedLM(lambda m, p: f"<new_instruction>Variant {len(worse.calls)}: be brief.</new_instruction>")
     result = run(reflection=worse, budget=500, patience=3)
-    assert result.stop_reason == "no improvement for 3 iterations"
+    assert result.stop_reason is StopReason.NO_IMPROVEMENT
+    assert result.stop_message == "no improvement for 3 iterations"
 
 
 def test_request_stop_returns_best_so_far():
@@ -202,7 +206,7 @@ def test_request_stop_returns_best_so_far():
         name = "blocking"
 
         async def complete(self, messages, **params):
-            engine.request_stop("interrupted (Ctrl-C)")
+            engine.request_stop(StopReason.INTERRUPTED)
             await release.wait()  # never set: the stop must cancel this call
             return Completion("")
 
@@ -211,7 +215,7 @@ def test_request_stop_returns_best_so_far():
                                   program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=BlockingReflection(),
                                   budget=100)
     result = gepetto.run_engine(engine)
-    assert result.stop_reason == "interrupted (Ctrl-C)"
+    assert result.stop_reason is StopReason.INTERRUPTED and result.stop_message == "interrupted (Ctrl-C)"
     assert result.best_candidate == task.seed_candidate
     assert result.rollouts_used >= len(task.valset)  # the seed validation that was paid is kept
 
@@ -224,15 +228,15 @@ def test_time_limit_cancels_a_hanging_step():
             await asyncio.Event().wait()
 
     result = run(reflection=Hanging(), budget=100, time_limit=0.2)
-    assert result.stop_reason == "time limit"
+    assert result.stop_reason is StopReason.TIME_LIMIT and result.stop_message == "time limit"
 
 
 def test_budget_plan_is_announced():
     events = []
-    run(budget=100, on_event=lambda kind, data: events.append((kind, data)))
-    plan = next(d for k, d in events if k == "plan")
-    assert "seed validation 12" in plan["text"] and "proposals" in plan["text"]
-    assert plan["plan"].proposals_min == (100 - 12) // (6 + 12)
+    run(budget=100, callbacks=events.append)
+    plan = next(e for e in events if isinstance(e, PlanMade))
+    assert "seed validation 12" in plan.text and "proposals" in plan.text
+    assert plan.plan.proposals_min == (100 - 12) // (6 + 12)
 
 
 def test_clear_errors_for_bad_inputs():
@@ -254,7 +258,7 @@ def test_parent_known_perfect_examples_are_not_paid_again():
     result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, program=task.program,
                               task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), budget=100)
     assert result.best_score == 1.0
-    assert result.proposals.get("skipped: parent perfect on minibatch", 0) == 0
+    assert result.proposals.get(Outcome.PARENT_PERFECT, 0) == 0
 
 
 def test_score_coercion_and_validation():
@@ -373,7 +377,7 @@ def test_a_stop_during_a_round_keeps_the_children_already_validated():
             return PERFECT
         while sum(c == perfect.id and e.startswith("val") for c, e in engine.state.rollouts) < len(task.valset):
             await asyncio.sleep(0.001)
-        engine.request_stop("interrupted (Ctrl-C)")
+        engine.request_stop(StopReason.INTERRUPTED)
         await asyncio.Event().wait()  # never answers: the stop cancels it
 
     engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
@@ -381,7 +385,7 @@ def test_a_stop_during_a_round_keeps_the_children_already_validated():
                                   reflection_lm=ScriptedLM(reflect), budget=200, proposals_per_round=2,
                                   use_merge=False)
     result = gepetto.run_engine(engine)
-    assert result.stop_reason == "interrupted (Ctrl-C)"
+    assert result.stop_reason is StopReason.INTERRUPTED and result.stop_message == "interrupted (Ctrl-C)"
     assert result.best_candidate == perfect and result.best_score == 1.0
     assert [c.iteration for c in result.candidates] == [0, 1]
     assert result.partial_candidates == []
@@ -403,7 +407,7 @@ def test_a_stop_commits_a_later_validated_child_and_keeps_an_earlier_one_as_part
                     while (sum(c == second.id and e.startswith("val") for c, e in engine.state.rollouts) < 12
                            or sum(c == mine and e.startswith("val") for c, e in engine.state.rollouts) < 5):
                         await asyncio.sleep(0.001)
-                    engine.request_stop("interrupted (Ctrl-C)")
+                    engine.request_stop(StopReason.INTERRUPTED)
                     await asyncio.Event().wait()
             return await super().complete(messages, **params)
 
@@ -421,17 +425,17 @@ def test_a_stop_commits_a_later_validated_child_and_keeps_an_earlier_one_as_part
 def test_an_interrupted_validation_keeps_its_paid_rollouts_as_a_partial_candidate():
     task = sim.task()
 
-    def stop_midway(kind, data):
-        if kind == "rollout" and data["candidate"] != task.seed_candidate.id:
-            child_val = [e for c, e in engine.state.rollouts if c == data["candidate"] and e.startswith("val")]
+    def stop_midway(event):
+        if isinstance(event, RolloutFinished) and event.candidate != task.seed_candidate.id:
+            child_val = [e for c, e in engine.state.rollouts if c == event.candidate and e.startswith("val")]
             if len(child_val) == 5:
-                engine.request_stop("interrupted (Ctrl-C)")
+                engine.request_stop(StopReason.INTERRUPTED)
 
     engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                                   program=task.program, task_lm=sim.SimTaskLM(latency=0.001),
-                                  reflection_lm=ScriptedLM(lambda m, p: PERFECT), budget=200, on_event=stop_midway)
+                                  reflection_lm=ScriptedLM(lambda m, p: PERFECT), budget=200, callbacks=stop_midway)
     result = gepetto.run_engine(engine)
-    assert result.stop_reason == "interrupted (Ctrl-C)"
+    assert result.stop_reason is StopReason.INTERRUPTED and result.stop_message == "interrupted (Ctrl-C)"
     assert len(result.candidates) == 1 and result.best_candidate == task.seed_candidate  # never best on 5 scores
     [partial] = result.partial_candidates
     assert partial.candidate["instruction"].endswith("Apply rule-3.") and partial.parents == (0,)
@@ -446,13 +450,13 @@ def test_an_interrupted_validation_keeps_its_paid_rollouts_as_a_partial_candidat
 def test_a_stop_during_seed_validation_keeps_the_seed_as_partial():
     task = sim.task()
 
-    def stop_midway(kind, data):
-        if kind == "rollout" and data["used"] == 4:
-            engine.request_stop("interrupted (Ctrl-C)")
+    def stop_midway(event):
+        if isinstance(event, RolloutFinished) and event.used == 4:
+            engine.request_stop(StopReason.INTERRUPTED)
 
     engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                                   program=task.program, task_lm=sim.SimTaskLM(latency=0.001),
-                                  reflection_lm=sim.SimReflectionLM(), budget=200, on_event=stop_midway)
+                                  reflection_lm=sim.SimReflectionLM(), budget=200, callbacks=stop_midway)
     result = gepetto.run_engine(engine)
     assert result.candidates == [] and result.rollouts_used >= 4
     assert [p.origin for p in result.partial_candidates] == ["seed"]
@@ -468,7 +472,7 @@ def test_proposals_of_a_round_claim_their_texts_in_plan_order():
 
     result = run(reflection=ScriptedLM(reflect), budget=200, proposals_per_round=2, use_merge=False)
     assert [c.iteration for c in result.candidates] == [0, 1]  # the first planned proposal owns the text
-    assert result.proposals["rejected: already tried"] == 1
+    assert result.proposals[Outcome.ALREADY_TRIED] == 1
 
 
 class FlakyTaskLM(sim.SimTaskLM):
@@ -509,7 +513,8 @@ def test_lm_outages_are_retried_not_scored_and_change_nothing(tmp_path):
 def test_a_dead_endpoint_stops_the_run_and_keeps_what_was_paid():
     task_lm = FlakyTaskLM(lambda n, tries: n > 20)  # dies after 20 answers (the seed validation and a bit more)
     result = run(task_lm=task_lm, budget=150, max_lm_failures=4, lm_retry_pause=0)
-    assert result.stop_reason.startswith("LM unavailable: 4 LM calls in a row failed; LMUnavailable: sim-task")
+    assert result.stop_reason is StopReason.LM_UNAVAILABLE
+    assert result.stop_message.startswith("LM unavailable: 4 LM calls in a row failed; LMUnavailable: sim-task")
     assert result.rollouts_used == 20 and len(result.candidates) >= 1  # only answered rollouts are counted
     assert result.seed_score == 0.0
 
@@ -531,7 +536,8 @@ def test_an_authentication_error_stops_the_run_at_once(role):
     lm = Refusing()
     kw = {"task_lm": lm} if role == "task" else {"reflection": lm}
     result = run(budget=150, lm_retry_pause=10, **kw)
-    assert result.stop_reason.startswith("LM unavailable: AuthenticationError: openai:m: HTTP 401")
+    assert result.stop_reason is StopReason.LM_UNAVAILABLE
+    assert result.stop_message.startswith("LM unavailable: AuthenticationError: openai:m: HTTP 401")
     assert lm.calls <= (8 if role == "task" else 1)  # no retries: it cannot heal (8 = rollouts started at once)
     if role == "reflection":
         assert result.candidates[0].origin == "seed" and result.rollouts_used >= 12  # the seed validation is kept
@@ -541,7 +547,8 @@ def test_one_call_that_always_fails_stops_the_run_while_others_answer():
     poison = "question 5 kind 1"
     result = run(task_lm=_Poisoned(poison), budget=150,
                  max_lm_failures=3, lm_retry_pause=0)
-    assert result.stop_reason.startswith("LM unavailable: one LM call failed 3 times; LMUnavailable")
+    assert result.stop_reason is StopReason.LM_UNAVAILABLE
+    assert result.stop_message.startswith("LM unavailable: one LM call failed 3 times; LMUnavailable")
     assert result.rollouts_used == 11  # the seed's other 11 validation rollouts are kept, the poisoned one is not
     assert [p.origin for p in result.partial_candidates] == ["seed"]
 
@@ -568,4 +575,4 @@ def test_budget_accounting_stays_exact_through_lm_outages(budget, seed, per_roun
     assert result.rollouts_used <= budget
     u = result.ledger.roles["task"]
     assert u.calls - u.errors == result.rollouts_used  # an outage is paid nothing and scored nothing
-    assert not result.stop_reason.startswith("LM unavailable")  # each call answers by its third try
+    assert result.stop_reason is not StopReason.LM_UNAVAILABLE  # each call answers by its third try

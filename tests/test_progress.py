@@ -7,25 +7,73 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
+from gepetto import events as ev
+from gepetto.lm.base import LMUnavailable
 from gepetto.progress import ProgressDisplay
 
 HOSTILE = "[/INST] [bold]x"
 
 
-def test_lm_text_in_events_is_printed_literally() -> None:
+def _console() -> tuple[Console, io.StringIO]:
     out = io.StringIO()
-    console = Console(file=out, width=200, force_terminal=False, color_system=None)
+    return Console(file=out, width=200, force_terminal=False, color_system=None), out
+
+
+def test_lm_text_in_events_is_printed_literally() -> None:
+    console, out = _console()
     record = SimpleNamespace(index=1, origin="reflection", component=HOSTILE, parents=(0,), mean=0.5)
     with ProgressDisplay(console, verbose=True) as display:
-        display("plan", {"text": f"plan {HOSTILE}", "plan": SimpleNamespace(budget=10)})
-        display("reflection", {"attempt": 0, "rejected": f"echo {HOSTILE}", "text": HOSTILE, "raw": HOSTILE})
-        display("candidate", {"record": record, "best": 0.5, "front": [1]})
-        display("phase", {"phase": "validation"})
-        display("done", {})
+        display(ev.PlanMade(SimpleNamespace(budget=10, describe=lambda: f"plan {HOSTILE}")))
+        display(ev.ReflectionAnswered(0, ev.Outcome.ECHO, HOSTILE, HOSTILE))
+        display(ev.ReflectionFailed(f"boom {HOSTILE}"))
+        display(ev.CandidateAdded(record, 0.5, (1,)))
+        display(ev.PhaseStarted("validation"))
+        display(ev.LMFailed(f"LMUnavailable: {HOSTILE}", 1, 5.0))
+        display(ev.RunEnded(SimpleNamespace()))
     text = out.getvalue()
     assert f"plan {HOSTILE}" in text
-    assert f"proposal rejected (echo {HOSTILE}): '{HOSTILE}'" in text
+    assert f"proposal rejected (echoes the examples): '{HOSTILE}'" in text
+    assert f"reflection failed: boom {HOSTILE}" in text
     assert f"reflection of '{HOSTILE}'" in text
+    assert f"LMUnavailable: {HOSTILE}" in text
+
+
+def test_lm_outages_are_shown_even_without_verbose() -> None:
+    # issue 11: the display ignored `lm_unavailable` events, so a failing endpoint looked like a stalled run
+    console, out = _console()
+    with ProgressDisplay(console) as display:
+        display(ev.LMFailed("LMUnavailable: sim-task: HTTP 503", 1, 5.0))
+        display(ev.LMFailed("LMUnavailable: sim-task: HTTP 503", 2, 5.0))
+        display(ev.LMFailed("AuthenticationError: HTTP 401", 3, None))
+    text = out.getvalue()
+    assert "LM unavailable (1 in a row): LMUnavailable: sim-task: HTTP 503; retrying in 5s" in text
+    assert "LM unavailable (2 in a row)" in text
+    assert "LM unavailable (3 in a row): AuthenticationError: HTTP 401; stopping the run (resumable)" in text
+
+
+def test_a_run_with_a_failing_endpoint_shows_each_retry() -> None:
+    # end to end: the engine's events reach the display while the task LM fails, then answers again
+    import gepetto
+    from gepetto import sim
+
+    class Flaky(sim.SimTaskLM):
+        n = 0
+
+        async def complete(self, messages, **params):
+            Flaky.n += 1
+            if Flaky.n in (3, 4):
+                raise LMUnavailable("sim-task: gave up after 7 attempts; last error: HTTP 503")
+            return await super().complete(messages, **params)
+
+    console, out = _console()
+    task = sim.task()
+    with ProgressDisplay(console) as display:
+        result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=Flaky(), reflection_lm=sim.SimReflectionLM(),
+                                  budget=40, lm_retry_pause=0, max_concurrency=1, callbacks=[display])
+    text = out.getvalue()
+    assert text.count("LM unavailable") == 2 and "retrying in 0s" in text
+    assert "(2 in a row)" in text and result.rollouts_used > 0
 
 
 def test_cli_show_prints_stored_text_literally(tmp_path) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 import gepetto
 from gepetto import sim
+from gepetto.events import CandidateAdded, Event
 from gepetto.program import run_rollout
 from gepetto.report import render_report, write_report
 from gepetto.report.html import word_diff
@@ -399,13 +400,13 @@ def test_report_from_the_run_store(tmp_path) -> None:
     store.create_run("r", {"task": "sim", "task_lm": "sim", "reflection_lm": "sim", "budget": 200}, seed=2)
     store.put_examples("r", "val", list(t.valset))
 
-    def record(kind: str, data: dict[str, Any]) -> None:
-        if kind == "candidate":
-            store.put_candidate("r", data["record"])
+    def record(event: Event) -> None:
+        if isinstance(event, CandidateAdded):
+            store.put_candidate("r", event.record)
 
     engine = gepetto.build_engine(t.seed_candidate, t.trainset, t.metric, valset=t.valset, program=t.program,
                                   task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(forget=True, max_rules=2),
-                                  rollout_store=StoredRollouts(store, "r"), on_event=record, budget=200, seed=2)
+                                  rollout_store=StoredRollouts(store, "r"), callbacks=record, budget=200, seed=2)
     result = gepetto.run_engine(engine)
     partial = render_report(run_snapshot(store, "r"))  # no result stored yet: rebuilt from the candidates
     assert "(unfinished)" in partial and partial.count('<g class="node ') == len(result.candidates)
@@ -415,4 +416,4 @@ def test_report_from_the_run_store(tmp_path) -> None:
     _no_network(page)
     assert snap["samples"] and page.count('<div class="sample">') == len(snap["samples"])
     assert all(text in page for text in result.best_candidate.values())
-    assert result.stop_reason in page
+    assert result.stop_message in page and f"({result.stop_reason.value})" in page

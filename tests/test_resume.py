@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gepetto import sim
+from gepetto.events import RolloutFinished, StopReason
 from gepetto.runner import load_config, start_or_resume
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore
@@ -94,7 +95,8 @@ def test_sigterm_stops_gracefully_and_the_run_resumes_exactly(tmp_path):
     assert stopped.returncode == 0, stopped.stderr  # a graceful stop, like Ctrl-C
     assert stopped.stdout.strip().endswith("interrupted (SIGTERM)")
     snap = run_snapshot(RunStore(storage), "r")
-    assert snap["run"]["status"] == "interrupted" and snap["result"]["stop_reason"] == "interrupted (SIGTERM)"
+    assert snap["run"]["status"] == "interrupted" and snap["result"]["stop_reason"] == StopReason.SIGTERM.value
+    assert snap["result"]["stop_message"] == "interrupted (SIGTERM)"
     final = _run(storage, "r", "never", 3)
     assert final.returncode == 0, final.stderr
     assert _final(storage, "r")[0] == expected and whole.returncode == 0
@@ -150,13 +152,13 @@ def test_the_ledger_is_saved_with_each_rollout(tmp_path):
     storage = tmp_path / "s.sqlite"
     seen = []
 
-    def hook(kind, data):
-        if kind == "rollout":
+    def hook(event):
+        if isinstance(event, RolloutFinished):
             stored = RunStore(storage).ledger("r")
-            seen.append((data["used"], stored.get("task", {}).get("calls", 0)))
+            seen.append((event.used, stored.get("task", {}).get("calls", 0)))
 
     cfg = load_config(task="sim", task_lm="sim:task", reflection_lm="sim:reflection", budget=60, seed=3)
-    start_or_resume(cfg, storage=storage, run="r", on_event=hook)
+    start_or_resume(cfg, storage=storage, run="r", callbacks=hook)
     assert seen and all(used == calls for used, calls in seen)  # a kill now loses no task call's cost
 
 

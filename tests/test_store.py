@@ -2,6 +2,7 @@
 
 import gepetto
 from gepetto import sim
+from gepetto.events import CandidateAdded
 from gepetto.program import Rollout, TraceEntry
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import SCHEMA, RunStore, StoredRollouts
@@ -86,7 +87,7 @@ def test_snapshot_of_a_stored_run(tmp_path):
     task = sim.task()
     store.put_examples("r", "val", task.valset)
     engine = _engine(store, "r", budget=120, seed=1)
-    engine.on_event = lambda kind, data: store.put_candidate("r", data["record"]) if kind == "candidate" else None
+    engine.callbacks.append(lambda e: store.put_candidate("r", e.record) if isinstance(e, CandidateAdded) else None)
     result = gepetto.run_engine(engine)
     partial = run_snapshot(store, "r")  # unfinished: rebuilt from the stored candidates
     assert partial["result"]["best_score"] == result.best_score

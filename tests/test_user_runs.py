@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import gepetto
 from gepetto.cli import app
+from gepetto.events import RolloutFinished
 from gepetto.store.sqlite import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,13 +66,13 @@ def test_stopped_by_a_stop_file_and_resumed_equals_an_uninterrupted_run(whole, t
     stop = tmp_path / "stop"
     seen = []
 
-    def hook(kind, data):
-        if kind == "rollout":
+    def hook(event):
+        if isinstance(event, RolloutFinished):
             seen.append(1)
             if len(seen) == 40:
                 stop.touch()
 
-    stopped = optimize(tmp_path / "s.sqlite", stop_file=str(stop), on_event=hook)
+    stopped = optimize(tmp_path / "s.sqlite", stop_file=str(stop), callbacks=hook)
     assert stopped.rollouts_used < whole[1].rollouts_used
     stop.unlink()
     same(optimize(tmp_path / "s.sqlite", stop_file=str(stop)), whole[1])

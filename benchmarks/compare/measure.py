@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gepetto.api import evaluate_async, optimize
+from gepetto.events import CandidateAdded, Event, Outcome, ProposalTested, ReflectionAnswered
 from gepetto.lm.base import LM, Completion, Message
 from gepetto.program import Metric, Task, TraceEntry
 from gepetto.types import Candidate, Example, Score
@@ -168,33 +169,33 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
     verdicts: list[str] = []  # vet verdict of every reflection answer, in call order ("" = kept)
     paid: list[bool] = []  # whether that answer was tried on a minibatch (exact with proposals_per_round=1)
 
-    def on_event(kind: str, data: dict[str, Any]) -> None:
-        if kind == "candidate":
-            curve.append((metric.calls, float(data["best"])))
+    def on_event(event: Event) -> None:
+        if isinstance(event, CandidateAdded):
+            curve.append((metric.calls, event.best))
             curve_s.append(time.perf_counter() - t0)
-        elif kind == "reflection":
-            verdicts.append(data["rejected"])
+        elif isinstance(event, ReflectionAnswered):
+            verdicts.append(event.rejected.reason if event.rejected else "")
             paid.append(False)
-        elif kind == "proposal" and paid:
+        elif isinstance(event, ProposalTested) and paid:
             paid[-1] = True
 
     t0 = time.perf_counter()
     result = optimize(task.seed_candidate, task.trainset, metric, valset=task.valset, program=task.program,
-                      task_lm=tlm, reflection_lm=rlm, budget=budget, seed=seed, on_event=on_event, **config)
+                      task_lm=tlm, reflection_lm=rlm, budget=budget, seed=seed, callbacks=on_event, **config)
     wall = time.perf_counter() - t0
     counted, t_snap, r_snap = metric.calls, tlm.snapshot(), rlm.snapshot()
     kinds = reflection_kinds(reflection_lm) or [GEPETTO_KIND.get(v, v) for v in verdicts]
     p = result.proposals
     proposals = proposal_accounting(
-        kinds, paid, rejected_minibatch=p.get("rejected: not better on minibatch", 0),
-        accepted=p.get("accepted", 0), merges_accepted=p.get("merge accepted", 0))
-    proposals["rejected_before_rollouts"] = sum(v for k, v in p.items() if k.startswith("rejected:")
-                                                and k != "rejected: not better on minibatch")
+        kinds, paid, rejected_minibatch=p.get(Outcome.NOT_BETTER, 0),
+        accepted=p.get(Outcome.ACCEPTED, 0), merges_accepted=p.get(Outcome.MERGE_ACCEPTED, 0))
+    proposals["rejected_before_rollouts"] = sum(v for k, v in p.items() if k.group == "rejected"
+                                                and k is not Outcome.NOT_BETTER)
     test = test_score(task, result.best_candidate, test_lm or task_lm)
     return RunRecord(system, task.name, seed, budget, test, result.best_score, result.seed_score,
                      result.rollouts_used, counted, wall, t_snap[0], t_snap[1:], r_snap[0], r_snap[1:],
                      curve, len(result.candidates), proposals, result.best_candidate.to_dict(),
-                     note=f"stopped: {result.stop_reason}; LM errors: task {tlm.errors}, reflection {rlm.errors}",
+                     note=f"stopped: {result.stop_message}; LM errors: task {tlm.errors}, reflection {rlm.errors}",
                      curve_s=curve_s)
 
 

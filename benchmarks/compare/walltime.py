@@ -43,6 +43,7 @@ from benchmarks.compare.measure import (
     test_score,
 )
 
+from gepetto.events import CandidateAdded, Event, Outcome
 from gepetto.lm.base import Completion
 from gepetto.testing import FakeOpenAIServer
 from gepetto.types import Example
@@ -101,9 +102,9 @@ def run_gepetto_http(task: Any, url: str, budget: int, seed: int, concurrency: i
     curve_s: list[float] = []
     t0 = time.perf_counter()
 
-    def on_event(kind: str, data: dict[str, Any]) -> None:
-        if kind == "candidate":
-            curve.append((metric.calls, float(data["best"])))
+    def on_event(event: Event) -> None:
+        if isinstance(event, CandidateAdded):
+            curve.append((metric.calls, event.best))
             curve_s.append(time.perf_counter() - t0)
 
     os.environ.setdefault("OPENAI_API_KEY", "not-needed")
@@ -114,7 +115,7 @@ def run_gepetto_http(task: Any, url: str, budget: int, seed: int, concurrency: i
             return await optimize_async(
                 task.seed_candidate, task.trainset, metric, valset=task.valset, program=task.program,
                 task_lm=task_lm, reflection_lm=reflection_lm, budget=budget, seed=seed,
-                max_concurrency=concurrency, proposals_per_round=proposals, on_event=on_event)
+                max_concurrency=concurrency, proposals_per_round=proposals, callbacks=on_event)
         finally:  # OpenAILM has no close(): close its HTTP client inside the loop that opened it
             for lm in (task_lm, reflection_lm):
                 client = getattr(lm, "_client", None)
@@ -172,8 +173,8 @@ def one_run(label: str, world: sim_rules.RulesWorld, task: Any, args: argparse.N
             best_val, n_cands = result.best_score, len(result.candidates)
             p = result.proposals
             proposals_d = proposal_accounting(
-                server.reflection_lm.log, [], rejected_minibatch=p.get("rejected: not better on minibatch", 0),
-                accepted=p.get("accepted", 0), merges_accepted=p.get("merge accepted", 0))
+                server.reflection_lm.log, [], rejected_minibatch=p.get(Outcome.NOT_BETTER, 0),
+                accepted=p.get(Outcome.ACCEPTED, 0), merges_accepted=p.get(Outcome.MERGE_ACCEPTED, 0))
         else:
             n_workers = args.concurrency if workers == "max" else 10  # DefaultAdapter's default
             result, rec, wall = run_gepa_http(task, url, args.budget, seed, n_workers, proposals, metric)

@@ -2,6 +2,7 @@
 
 from gepetto.api import Evaluation, build_engine, evaluate, evaluate_async, optimize, optimize_async, run_engine
 from gepetto.engine.loop import Engine, EngineConfig, Result
+from gepetto.events import Callback, Event, Outcome, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMError, ScriptedLM, Usage
 from gepetto.program import Context, MetricError, Rollout, Task, TraceEntry, single_instruction
@@ -9,10 +10,9 @@ from gepetto.runner import ConfigError
 from gepetto.types import Candidate, Example, Score
 
 __all__ = [
-    "LM", "Candidate", "Completion", "ConfigError", "Context", "Engine", "EngineConfig", "Evaluation", "Example",
-    "LMError", "Ledger", "MetricError",
-    "Result", "Rollout", "Score", "ScriptedLM", "Task", "TraceEntry", "Usage", "build_engine", "evaluate",
-    "evaluate_async", "optimize",
+    "LM", "Callback", "Candidate", "Completion", "ConfigError", "Context", "Engine", "EngineConfig", "Evaluation",
+    "Event", "Example", "LMError", "Ledger", "MetricError", "Outcome", "Result", "Rollout", "Score", "ScriptedLM",
+    "StopReason", "Task", "TraceEntry", "Usage", "build_engine", "evaluate", "evaluate_async", "optimize",
     "optimize_async", "run_engine", "single_instruction",
 ]
 __version__ = "0.1.0"

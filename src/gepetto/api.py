@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from gepetto.engine.loop import Engine, EngineConfig, EventHandler, Result, RolloutStore
+from gepetto.engine.loop import Engine, EngineConfig, Result, RolloutStore
+from gepetto.events import Callbacks, Event, StopReason, as_callbacks
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
 from gepetto.program import Metric, Program, Rollout, run_rollout, single_instruction
-from gepetto.secrets import redact_data
 from gepetto.types import Candidate, Example
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def build_engine(
     program: Program | None = None,
     task_lm: LM | str = "local:qwen2.5-coder-0.5b",
     reflection_lm: LM | str = "local:qwen2.5-coder-1.5b",
-    on_event: EventHandler | None = None,
+    callbacks: Callbacks = None,
     rollout_store: RolloutStore | None = None,
     ledger: Ledger | None = None,
     **config: Any,
@@ -82,15 +82,15 @@ def build_engine(
     # no secret reaches feedback, events or the reflection prompt: LM errors and answers are redacted
     task = RedactingLM(resolve_lm(task_lm))
     reflection = RedactingLM(resolve_lm(reflection_lm), inputs=True)
-    handler = None
-    if on_event is not None:
-        user_handler = on_event
+    observers = as_callbacks(callbacks)
 
-        def handler(kind: str, data: dict[str, Any]) -> None:
-            user_handler(kind, redact_data(data))
+    def redacted(event: Event) -> None:  # redacted once, for every callback
+        clean = event.redacted()
+        for callback in observers:
+            callback(clean)
 
-    return Engine(program, metric, seed, train, val, task, reflection, EngineConfig(**config), on_event=handler,
-                  rollout_store=rollout_store, ledger=ledger)
+    return Engine(program, metric, seed, train, val, task, reflection, EngineConfig(**config),
+                  callbacks=[redacted] if observers else None, rollout_store=rollout_store, ledger=ledger)
 
 
 CacheMode = Literal["auto", "always", "off"]
@@ -126,10 +126,11 @@ def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, 
     """Evolve the seed candidate's texts to score better under `metric`, within `budget` rollouts.
 
     `program(candidate, example, ctx)` runs the user's system (default: the seed's one instruction as the
-    system prompt, the example's input as the user message). Other keywords: valset, task_lm,
-    reflection_lm, on_event, and the EngineConfig options (budget, seed, minibatch_size, max_concurrency,
-    use_merge, time_limit, patience, target_score, stop_file, max_lm_failures, component_descriptions,
-    ...). Ctrl-C or SIGTERM returns the best so far.
+    system prompt, the example's input as the user message). Other keywords: valset, task_lm, reflection_lm,
+    callbacks (one callable or a list, each called with every event: see gepetto.events), and the EngineConfig
+    options (budget, seed, minibatch_size, max_concurrency, use_merge, time_limit, patience, target_score,
+    stop_file, max_lm_failures, component_descriptions, ...). Ctrl-C or SIGTERM returns the best so far;
+    `Result.stop_reason` (a gepetto.StopReason) says why the run stopped.
 
     `storage` (a SQLite file, e.g. "gepetto.sqlite") keeps every rollout, reflection answer and candidate in
     the run store under the name `run` (default: generated), where `gepetto runs/show/report/export` see it;
@@ -195,7 +196,7 @@ def evaluate(*args: Any, **kwargs: Any) -> Evaluation:
     return asyncio.run(main())
 
 
-STOP_SIGNALS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "interrupted (SIGTERM)"}
+STOP_SIGNALS = {signal.SIGINT: StopReason.INTERRUPTED, signal.SIGTERM: StopReason.SIGTERM}
 
 
 def run_engine(engine: Engine) -> Result:

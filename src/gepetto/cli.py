@@ -1,6 +1,8 @@
 """The `gepetto` command: a thin shell over the runner and the run store (Typer + Rich).
 
-Exit codes: 0 ok, 1 the run failed, 2 usage or configuration error.
+Exit codes: 0 ok (also when Ctrl-C or SIGTERM stopped a run: the best so far is shown, the run resumable),
+1 the run failed, 2 usage or configuration error, 3 the run stopped because the LM endpoint kept failing
+(StopReason.LM_UNAVAILABLE: everything paid is kept; fix the LM and resume with the same --run).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.panel import Panel
 from rich.table import Column, Table
 from rich.text import Text
 
+from gepetto.engine.pareto import best_index
 from gepetto.progress import ProgressDisplay
 from gepetto.runner import DEFAULT_STORAGE, ConfigError, load_config, start_or_resume
 from gepetto.secrets import redact
@@ -77,6 +80,9 @@ def _task_options(items: list[str] | None) -> dict[str, Any] | None:
     return out
 
 
+EXIT_LM_UNAVAILABLE = 3
+
+
 def _report_result(name: str, result: Any, started: float) -> None:
     console.print(redact(result.summary()), highlight=False, markup=False)
     for component, text in result.best_candidate.items():
@@ -89,6 +95,9 @@ def _report_result(name: str, result: Any, started: float) -> None:
                       f"(no cost, no time); `--cache off` asks the LMs again")
     console.print(f"[dim]run {_t(repr(name))} stored; see it with `gepetto show {_t(name)}` or "
                   f"`gepetto report {_t(name)} -o report.html`[/dim]")
+    if result.stop_reason.failed:  # the best so far is shown above, but the run did not end well: say so
+        raise _fail(f"the run stopped early: {result.stop_message}; to resume: gepetto optimize --run {name}",
+                    EXIT_LM_UNAVAILABLE)
 
 
 @app.command()
@@ -139,7 +148,7 @@ def optimize(
     started = time.monotonic()
     try:
         with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
-            name, result = start_or_resume(cfg, storage=storage, run=run, on_event=progress, stop_file=stop_file,
+            name, result = start_or_resume(cfg, storage=storage, run=run, callbacks=progress, stop_file=stop_file,
                                            explicit=explicit)
     except (ConfigError, StoreError) as exc:
         raise _fail(str(exc), 2) from None
@@ -160,8 +169,9 @@ def runs(storage: str = StorageOpt) -> None:
         res = info.result or {}
         best = res.get("best_score")
         if best is None:
-            cands = store.candidates(info.name)
-            best = max((c["mean"] for c in cands), default=None)
+            means = [c["mean"] for c in store.candidates(info.name)]
+            i = best_index(means)
+            best = None if i is None else means[i]
         ledger = res.get("ledger") or store.ledger(info.name)
         cost = sum(u.get("cost", 0.0) for u in ledger.values())
         used = res.get("rollouts_used", store.count_rollouts(info.name))
@@ -191,7 +201,7 @@ def show(run: str, storage: str = StorageOpt) -> None:
         console.print("no candidate has been validated yet")
         return
     console.print(f"validation: seed {res['seed_score']:.3f} -> best {res['best_score']:.3f}; "
-                  f"{res['rollouts_used']}/{res['budget']} rollouts; stopped: {_t(res['stop_reason'])}")
+                  f"{res['rollouts_used']}/{res['budget']} rollouts; stopped: {_t(res['stop_message'])}")
     for component, text in res["best_candidate"].items():
         console.print(Panel(Text(redact(text)), title=f"best: {_t(component)}", expand=False))
     front = Table("candidate", "origin", "parents", "validation", title="Pareto front")
@@ -261,7 +271,7 @@ def demo(
     started = time.monotonic()
     try:
         with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
-            name, result = start_or_resume(cfg, storage=storage, on_event=progress)
+            name, result = start_or_resume(cfg, storage=storage, callbacks=progress)
     except StoreError as exc:
         raise _fail(str(exc), 2) from None
     except Exception as exc:

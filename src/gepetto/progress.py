@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
+from gepetto import events as ev
 from gepetto.secrets import redact
 
 
@@ -21,9 +22,11 @@ def _data(value: Any) -> str:
 
 
 class ProgressDisplay:
-    """Rollouts used / budget with ETA, best validation score, front size and phase; one line per new candidate.
+    """Rollouts used / budget with ETA, best validation score, front size and phase; one line per new candidate,
+    and one per LM call that gave no answer (the endpoint is failing: retrying, or stopping the run).
 
-    `quiet=True` prints nothing (for scripts); `verbose=True` also prints each rejected proposal.
+    A callback (gepetto.events): pass it in `callbacks=`. `quiet=True` prints nothing (for scripts);
+    `verbose=True` also prints each rejected proposal and reflection error.
     """
 
     def __init__(self, console: Console | None = None, *, quiet: bool = False, verbose: bool = False) -> None:
@@ -58,28 +61,35 @@ class ProgressDisplay:
         if not self.quiet:
             self.console.print(Text.assemble(*parts), highlight=False)
 
-    def __call__(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "plan":
-            self._print((_data(data["text"]), "dim"))
-            if self._progress is not None:
-                self._task = self._progress.add_task("run", total=data["plan"].budget, **self._fields)
-        elif kind == "rollout":
-            self._update(completed=data["used"])
-        elif kind == "phase":
-            self._update(phase=data["phase"])
-        elif kind == "candidate":
-            rec = data["record"]
-            how = rec.origin if rec.component is None else f"{rec.origin} of {rec.component!r}"
-            self._print(_data(f"candidate {rec.index} ({how}, parents {list(rec.parents)}): validation {rec.mean:.3f}"))
-            self._update(best=f"{data['best']:.3f}", front=len(data["front"]))
-        elif kind == "reflection" and data["rejected"] and self.verbose:
-            self._print((f"proposal rejected ({_data(data['rejected'])})", "yellow"), f": {_data(data['text'])[:80]!r}")
-        elif kind == "proposal" and self.verbose:
-            verdict = "accepted" if data["accepted"] else "rejected"
-            before, after = data["minibatch_before"], data["minibatch_after"]
-            self._print(f"proposal {verdict} on minibatch: {before:.2f} -> {after:.2f}")
-        elif kind == "done":
-            self._update(phase="done")
+    def __call__(self, event: ev.Event) -> None:
+        match event:
+            case ev.PlanMade(plan=plan):
+                self._print((_data(event.text), "dim"))
+                if self._progress is not None:
+                    self._task = self._progress.add_task("run", total=plan.budget, **self._fields)
+            case ev.RolloutFinished(used=used):
+                self._update(completed=used)
+            case ev.PhaseStarted(phase=phase):
+                self._update(phase=phase)
+            case ev.CandidateAdded(record=rec, best=best, front=front):
+                how = rec.origin if rec.component is None else f"{rec.origin} of {rec.component!r}"
+                self._print(_data(f"candidate {rec.index} ({how}, parents {list(rec.parents)}): validation "
+                                  f"{rec.mean:.3f}"))
+                self._update(best=f"{best:.3f}", front=len(front))
+            case ev.LMFailed(error=error, in_a_row=n, retry_in=pause):
+                # always shown: the user must see that the endpoint is failing, and what happens next
+                then = f"retrying in {pause:g}s" if pause is not None else "stopping the run (resumable)"
+                self._print(("LM unavailable", "bold red"), f" ({n} in a row): {_data(error)}; {then}")
+                self._update(phase="LM retry" if pause is not None else "LM down")
+            case ev.ReflectionAnswered(rejected=rejected, text=text) if rejected is not None and self.verbose:
+                self._print((f"proposal rejected ({rejected.reason})", "yellow"), f": {_data(text)[:80]!r}")
+            case ev.ReflectionFailed(error=error) if self.verbose:
+                self._print(("reflection failed", "yellow"), f": {_data(error)}")
+            case ev.ProposalTested(accepted=accepted, minibatch_before=before, minibatch_after=after) if self.verbose:
+                verdict = "accepted" if accepted else "rejected"
+                self._print(f"proposal {verdict} on minibatch: {before:.2f} -> {after:.2f}")
+            case ev.RunEnded():
+                self._update(phase="done")
 
     def _update(self, **fields: Any) -> None:
         if self._progress is not None and self._task is not None:

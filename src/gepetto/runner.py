@@ -18,8 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gepetto import events as ev
 from gepetto.api import as_examples, build_engine, candidate_and_program, drive_engine
-from gepetto.engine.loop import Engine, EngineConfig, EventHandler, Result
+from gepetto.engine.loop import Engine, EngineConfig, Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM
 from gepetto.program import Metric, MetricError, Program, Task
@@ -299,12 +300,12 @@ class StoredRun:
         except BaseException:
             store.finish_run(name, "failed", None)
             raise
-        # a run stopped by a Ctrl-C or a failing LM endpoint has more to do: resuming it goes on
-        status = "interrupted" if result.stop_reason.startswith(("interrupted", "LM unavailable")) else "finished"
+        # a run stopped by a Ctrl-C, SIGTERM or a failing LM endpoint has more to do: resuming it goes on
+        status = "interrupted" if result.stop_reason.resumable else "finished"
         store.save_ledger(name, self.ledger.to_dict())
         store.finish_run(name, status, result.to_dict())
         store.add_event(name, "done", {"session": self.session, "replayed_rollouts": self.rollouts.replayed,
-                                       "stop_reason": result.stop_reason})
+                                       "stop_reason": result.stop_reason.value, "stop_message": result.stop_message})
         return result
 
     def run(self) -> Result:
@@ -320,7 +321,7 @@ def open_run(
     run: str | None = None,
     explicit: set[str] | None = None,
     hint: str = CLI_HINT,
-    on_event: EventHandler | None = None,
+    callbacks: ev.Callbacks = None,
     stop_file: str | None = None,
     task_lm: LM | None = None,
     reflection_lm: LM | None = None,
@@ -355,20 +356,23 @@ def open_run(
                                        storage, "off" if cfg.cache == "off" else "always"), store, name)
     session = len(store.events(name, "start"))
 
-    def record(kind: str, data: dict[str, Any]) -> None:
-        if kind == "candidate":
-            store.put_candidate(name, data["record"])
-        elif kind in ("rollout", "reflection", "reflection_error", "lm_unavailable"):
-            store.save_ledger(name, ledger.to_dict())  # a kill loses no cost already incurred
-        elif kind in ("proposal", "merge", "plan"):
-            store.add_event(name, kind, {"session": session, **{k: v for k, v in data.items() if k != "plan"}})
-        if on_event is not None:
-            on_event(kind, data)
+    def record(event: ev.Event) -> None:
+        match event:
+            case ev.CandidateAdded(record=rec):
+                store.put_candidate(name, rec)
+            case ev.RolloutFinished() | ev.ReflectionAnswered() | ev.ReflectionFailed() | ev.LMFailed():
+                store.save_ledger(name, ledger.to_dict())  # a kill loses no cost already incurred
+            case ev.ProposalTested() | ev.MergeTested():
+                data = {k: v for k, v in event.to_dict().items() if v is not None}
+                store.add_event(name, event.kind, {"session": session, **data})
+            case ev.PlanMade():
+                store.add_event(name, event.kind, {"session": session, "text": event.text})
 
     # built (and its inputs checked) before the store is written: a refused start leaves no run behind
     engine = build_engine(
         task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
-        task_lm=task_lm, reflection_lm=reflection_lm, on_event=record, rollout_store=rollouts, ledger=ledger,
+        task_lm=task_lm, reflection_lm=reflection_lm, callbacks=[record, *ev.as_callbacks(callbacks)],
+        rollout_store=rollouts, ledger=ledger,
         stop_file=stop_file, **cfg.engine, **{k: getattr(cfg, k) for k in RUN_ENGINE_FIELDS})
     if info is None:
         store.create_run(name, cfg.model_dump(), cfg.seed)
@@ -389,7 +393,7 @@ def start_or_resume(
     *,
     storage: str | Path = DEFAULT_STORAGE,
     run: str | None = None,
-    on_event: EventHandler | None = None,
+    callbacks: ev.Callbacks = None,
     stop_file: str | None = None,
     explicit: set[str] | None = None,
 ) -> tuple[str, Result]:
@@ -398,7 +402,7 @@ def start_or_resume(
     On resume the stored configuration wins; options in `explicit` (given by the user this time) may change
     only if they are in RESUMABLE_CHANGES, otherwise a ConfigError says which differ.
     """
-    stored = open_run(cfg, storage=storage, run=run, explicit=explicit, on_event=on_event, stop_file=stop_file)
+    stored = open_run(cfg, storage=storage, run=run, explicit=explicit, callbacks=callbacks, stop_file=stop_file)
     return stored.name, stored.run()
 
 
@@ -424,7 +428,7 @@ def open_program_run(
     program: Program | None = None,
     task_lm: LM | str = "local:qwen2.5-coder-0.5b",
     reflection_lm: LM | str = "local:qwen2.5-coder-1.5b",
-    on_event: EventHandler | None = None,
+    callbacks: ev.Callbacks = None,
     stop_file: str | None = None,
     **options: Any,
 ) -> StoredRun:
@@ -450,6 +454,6 @@ def open_program_run(
                       cache=cache or ("off" if objects else "auto"), engine=engine, **options)
     task = Task(cfg.task, program, metric, seed, train, val)
     return open_run(cfg, lambda _cfg, _ledger: task, storage=storage, run=run, explicit=set(RunConfig.model_fields),
-                    hint=PYTHON_HINT, on_event=on_event, stop_file=stop_file,
+                    hint=PYTHON_HINT, callbacks=callbacks, stop_file=stop_file,
                     task_lm=None if isinstance(task_lm, str) else task_lm,
                     reflection_lm=None if isinstance(reflection_lm, str) else reflection_lm)

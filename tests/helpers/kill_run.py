@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 
+from gepetto.events import PhaseStarted, RolloutFinished
 from gepetto.runner import load_config, start_or_resume
 
 storage, run, when = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -37,10 +38,10 @@ else:
 seen, armed = 0, 0
 
 
-def hook(kind, data):
+def hook(e):
     global seen, armed
-    name = data["phase"] + (f"/{data['origin']}" if "origin" in data else "") if kind == "phase" else kind
-    if kind == "rollout" and armed:
+    name = e.phase + (f"/{e.origin}" if e.origin else "") if isinstance(e, PhaseStarted) else e.kind
+    if isinstance(e, RolloutFinished) and armed:
         armed -= 1
         if armed == 0:
             os.kill(os.getpid(), sig)  # SIGKILL: no cleanup, no flush, as hard as a crash
@@ -52,5 +53,5 @@ def hook(kind, data):
                 os.kill(os.getpid(), sig)
 
 
-name, result = start_or_resume(cfg, storage=storage, run=run, on_event=hook)
-print(result.best_score, result.rollouts_used, result.stop_reason)
+name, result = start_or_resume(cfg, storage=storage, run=run, callbacks=hook)
+print(result.best_score, result.rollouts_used, result.stop_message)

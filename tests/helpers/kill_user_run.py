@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import gepetto
+from gepetto.events import RolloutFinished
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support_router.py"
 spec = importlib.util.spec_from_file_location("support_router", EXAMPLE)
@@ -21,9 +22,9 @@ storage, run, kill_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
 seen = 0
 
 
-def hook(kind, data):
+def hook(event):
     global seen
-    if kind == "rollout":
+    if isinstance(event, RolloutFinished):
         seen += 1
         if seen == kill_after:
             os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no flush: as hard as a crash
@@ -32,5 +33,5 @@ def hook(kind, data):
 task = router.make_task()
 result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=router.scripted_task_lm(), reflection_lm=router.scripted_reflection_lm(),
-                          budget=150, max_concurrency=4, storage=storage, run=run, on_event=hook)
-print(result.best_score, result.rollouts_used, result.stop_reason)
+                          budget=150, max_concurrency=4, storage=storage, run=run, callbacks=hook)
+print(result.best_score, result.rollouts_used, result.stop_message)

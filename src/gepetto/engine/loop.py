@@ -15,16 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
+from gepetto import events as ev
 from gepetto.engine import edits
 from gepetto.engine.merge import find_merge
+from gepetto.engine.pareto import best_index
 from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
+from gepetto.events import Outcome, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
 from gepetto.program import Metric, Program, Rollout, check_metric, run_rollout
 from gepetto.types import Candidate, Example
 
-EventHandler = Callable[[str, dict[str, Any]], None]
 T = TypeVar("T")
 
 
@@ -89,9 +91,10 @@ class Result:
     rollouts_used: int
     budget: int
     ledger: Ledger
-    stop_reason: str
+    stop_reason: StopReason
+    stop_message: str  # the reason for people ("no improvement for 20 iterations")
     iterations: int
-    proposals: dict[str, int]
+    proposals: dict[Outcome, int]  # what became of each proposal and merge
     history: list[tuple[int, float]]
     wall_seconds: float
     # candidates whose validation a stop interrupted: scores on the examples paid so far (index -1). They are
@@ -100,7 +103,7 @@ class Result:
 
     @property
     def best_index(self) -> int:
-        return max(range(len(self.candidates)), key=lambda i: (self.candidates[i].mean, -i), default=0)
+        return best_index([c.mean for c in self.candidates]) or 0
 
     def summary(self) -> str:
         t = self.ledger.total()
@@ -109,7 +112,7 @@ class Result:
             f"{self.best_index}); {len(self.candidates)} candidates, front {len(self.pareto_front)}; "
             f"{self.rollouts_used}/{self.budget} rollouts; {self.iterations} iterations; "
             f"{t.calls} LM calls, {t.input_tokens}+{t.output_tokens} tokens; {self.wall_seconds:.1f}s; "
-            f"stopped: {self.stop_reason}"
+            f"stopped: {self.stop_message}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,8 +120,9 @@ class Result:
             "best_candidate": self.best_candidate.to_dict(), "best_score": self.best_score,
             "seed_score": self.seed_score, "candidates": [c.to_dict() for c in self.candidates],
             "pareto_front": self.pareto_front, "rollouts_used": self.rollouts_used, "budget": self.budget,
-            "ledger": self.ledger.to_dict(), "stop_reason": self.stop_reason, "iterations": self.iterations,
-            "proposals": self.proposals, "history": self.history, "wall_seconds": self.wall_seconds,
+            "ledger": self.ledger.to_dict(), "stop_reason": self.stop_reason.value, "stop_message": self.stop_message,
+            "iterations": self.iterations, "proposals": {str(k): v for k, v in self.proposals.items()},
+            "history": self.history, "wall_seconds": self.wall_seconds,
             "partial_candidates": [c.to_dict() for c in self.partial_candidates],
         }
 
@@ -161,7 +165,7 @@ class Engine:
         reflection_lm: LM,
         config: EngineConfig | None = None,
         *,
-        on_event: EventHandler | None = None,
+        callbacks: ev.Callbacks = None,
         rollout_store: RolloutStore | None = None,
         ledger: Ledger | None = None,
     ) -> None:
@@ -175,11 +179,11 @@ class Engine:
         self.state = RunState([e.id for e in valset], cfg.budget, ledger=ledger or Ledger())
         self.task_lm = MeteredLM(task_lm, self.state.ledger, "task")
         self.reflection_lm = MeteredLM(reflection_lm, self.state.ledger, "reflection")
-        self.on_event = on_event or (lambda kind, data: None)
+        self.callbacks = ev.as_callbacks(callbacks)  # each is called with every event (gepetto.events)
         self.rollout_store = rollout_store
         child_test = cfg.minibatch_size + cfg.gate_solved if cfg.proposer == "edit" else cfg.minibatch_size
         self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size, child_test)
-        self._stop_reason: str | None = None
+        self._stop: Stop | None = None
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None
         self._tried: set[str] = set()  # ids of every child ever proposed (never pay twice for one text)
@@ -192,10 +196,10 @@ class Engine:
         self._lm_failures = 0  # LM infrastructure failures in a row
 
     # ---- public control -------------------------------------------------------------------------
-    def request_stop(self, reason: str = "stop requested") -> None:
+    def request_stop(self, reason: StopReason = StopReason.STOP_REQUESTED, message: str | None = None) -> None:
         """End the run after cancelling the step in flight; finished rollouts stay paid and recorded."""
-        if self._stop_reason is None:
-            self._stop_reason = reason
+        if self._stop is None:
+            self._stop = Stop(reason, message or "")
         if self._current is not None and not self._current.done():
             self._current.cancel()
 
@@ -204,14 +208,13 @@ class Engine:
         t0 = time.monotonic()
         self._sem = asyncio.Semaphore(cfg.max_concurrency)
         loop = asyncio.get_running_loop()
-        timer = loop.call_later(cfg.time_limit, self.request_stop, "time limit") if cfg.time_limit else None
-        self.on_event("plan", {"plan": self.plan, "text": self.plan.describe()})
+        timer = loop.call_later(cfg.time_limit, self.request_stop, StopReason.TIME_LIMIT) if cfg.time_limit else None
+        self._emit(ev.PlanMade(self.plan))
         try:
             await self._guarded(self._add_candidate(self.seed, (), "seed", None))
-            while self._stop_reason is None:
-                reason = self._check_stop()
-                if reason:
-                    self._stop_reason = reason
+            while self._stop is None:
+                self._stop = self._check_stop()
+                if self._stop:
                     break
                 before = st.rollouts_used
                 best_before = st.best().mean
@@ -219,13 +222,18 @@ class Engine:
                 await self._guarded(self._merge_step() if merging else self._reflective_round())
                 self._idle = 0 if st.rollouts_used > before else self._idle + 1
                 self._since_improvement = 0 if st.best().mean > best_before else self._since_improvement + 1
-                self.on_event("iteration", self._progress())
+                self._emit(ev.IterationEnded(st.iteration, st.rollouts_used, st.budget, st.best().mean,
+                                             len(st.archive.front), len(st.records)))
         finally:
             if timer:
                 timer.cancel()
-        result = self._result(self._stop_reason or "done", time.monotonic() - t0)
-        self.on_event("done", {"result": result})
+        result = self._result(self._stop or Stop(StopReason.STOP_REQUESTED), time.monotonic() - t0)
+        self._emit(ev.RunEnded(result))
         return result
+
+    def _emit(self, event: ev.Event) -> None:
+        for callback in self.callbacks:
+            callback(event)
 
     # ---- steps --------------------------------------------------------------------------------
     async def _guarded(self, coro: Any) -> None:
@@ -234,11 +242,11 @@ class Engine:
         try:
             await self._current
         except asyncio.CancelledError:
-            if self._stop_reason is None:
+            if self._stop is None:
                 raise
             self._commit_validated()
         except _OutOfBudget as exc:
-            self._stop_reason = str(exc)
+            self._stop = Stop(StopReason.BUDGET_EXHAUSTED, str(exc))
         finally:
             self._current = None
 
@@ -328,12 +336,12 @@ class Engine:
         """Minibatch, reflection, child minibatch and, if better, validation: the child's scores or None."""
         cfg, st = self.config, self.state
         parent = st.records[plan.parent_idx].candidate
-        self.on_event("phase", {"phase": "minibatch", "candidate": plan.parent_idx, "component": plan.component})
+        self._emit(ev.PhaseStarted("minibatch", candidate=plan.parent_idx, component=plan.component))
         parent_runs = await self._evaluate(parent, plan.batch)
         if self._edits(plan.component):
             return await self._try_edit(plan, parent, turn)
         if all(r.score.value >= cfg.perfect_score for r in parent_runs):
-            st.proposals["skipped: parent perfect on minibatch"] += 1
+            st.proposals[Outcome.PARENT_PERFECT] += 1
             return None
         examples = reflective_examples(parent_runs, plan.component, plan.batch)
         text = await self._propose(parent[plan.component], examples, plan.iteration, self._description(plan.component))
@@ -341,17 +349,16 @@ class Engine:
             return None
         child = parent.replace(plan.component, text)
         if not await self._claim(child, turn):
-            st.proposals["rejected: already tried"] += 1
+            st.proposals[Outcome.ALREADY_TRIED] += 1
             return None
         child_runs = await self._evaluate(child, plan.batch)
         before, after = sum(r.score.value for r in parent_runs), sum(r.score.value for r in child_runs)
         accepted = after > before if cfg.accept == "strict" else after >= before
-        self.on_event("proposal", {"parent": plan.parent_idx, "component": plan.component, "text": text,
-                                   "minibatch_before": before, "minibatch_after": after, "accepted": accepted})
+        self._emit(ev.ProposalTested(plan.parent_idx, plan.component, text, before, after, accepted))
         if not accepted:
-            st.proposals["rejected: not better on minibatch"] += 1
+            st.proposals[Outcome.NOT_BETTER] += 1
             return None
-        st.proposals["accepted"] += 1
+        st.proposals[Outcome.ACCEPTED] += 1
         return child, await self._validate(child, (plan.parent_idx,), "reflection", plan.component, plan.iteration)
 
     async def _claim(self, child: Candidate, turn: _Turn | None) -> bool:
@@ -374,7 +381,7 @@ class Engine:
         focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
                                    max_contrast=cfg.gate_solved)
         if focus is None:
-            st.proposals["skipped: no open mistake in the known training rollouts"] += 1
+            st.proposals[Outcome.NO_OPEN_MISTAKE] += 1
             return None
         current = parent[plan.component]
         rule = await self._ask_rule(parent, focus, plan, tried.get(focus.pattern, []))
@@ -382,7 +389,7 @@ class Engine:
             return None
         child = parent.replace(plan.component, edits.apply_rule(current, rule))
         if not await self._claim(child, turn):
-            st.proposals["rejected: already tried"] += 1
+            st.proposals[Outcome.ALREADY_TRIED] += 1
             return None
         gate = [self._train_by_id[i] for i in edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size,
                                                     cfg.gate_solved, rng)]
@@ -390,14 +397,13 @@ class Engine:
         child_runs = await self._evaluate(child, gate)
         before, after = sum(r.score.value for r in parent_runs), sum(r.score.value for r in child_runs)
         accepted = after > before if cfg.accept == "strict" else after >= before
-        self.on_event("proposal", {"parent": plan.parent_idx, "component": plan.component,
-                                   "text": child[plan.component], "rule": rule, "pattern": focus.pattern,
-                                   "minibatch_before": before, "minibatch_after": after, "accepted": accepted})
+        self._emit(ev.ProposalTested(plan.parent_idx, plan.component, child[plan.component], before, after, accepted,
+                                     rule, focus.pattern))
         if not accepted:
             tried.setdefault(focus.pattern, []).append(rule)
-            st.proposals["rejected: not better on minibatch"] += 1
+            st.proposals[Outcome.NOT_BETTER] += 1
             return None
-        st.proposals["accepted"] += 1
+        st.proposals[Outcome.ACCEPTED] += 1
         # rules that failed on the parent would fail on the child too: it inherits the memory
         self._rules_tried[(child.id, plan.component)] = {p: list(r) for p, r in tried.items()}
         return child, await self._validate(child, (plan.parent_idx,), "reflection", plan.component, plan.iteration)
@@ -408,7 +414,7 @@ class Engine:
         child was already tried is refused here too, so a repeated answer costs a retry, not the proposal."""
         cfg, st = self.config, self.state
         current = parent[plan.component]
-        self.on_event("phase", {"phase": "reflection"})
+        self._emit(ev.PhaseStarted("reflection"))
         by_id = self._train_by_id
         messages = edits.build_edit_prompt(current, focus, plan.component, tried_rules, by_id)
         shown = [edits.shown(r, plan.component, example=by_id.get(r.example_id))
@@ -423,10 +429,11 @@ class Engine:
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown)
             if not why and parent.replace(plan.component, edits.apply_rule(current, rule)).id in self._tried:
                 why = "already tried"
-            self.on_event("reflection", {"attempt": attempt, "rejected": why, "text": rule, "raw": out.text})
-            if not why:
+            rejected = Outcome.rejected(why) if why else None
+            self._emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
+            if rejected is None:
                 return rule
-            st.proposals[f"rejected: {why}"] += 1
+            st.proposals[rejected] += 1
             messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
                         {"role": "user", "content": edits.retry_hint(why, focus.pattern)}]
         return None
@@ -454,8 +461,8 @@ class Engine:
         got = sum(r.score.value for r in runs)
         bar = max(sum(si[e.id] for e in sub), sum(sj[e.id] for e in sub))
         accepted = got >= bar
-        self.on_event("merge", {"parents": (i, j), "subsample_score": got, "bar": bar, "accepted": accepted})
-        st.proposals["merge accepted" if accepted else "merge rejected"] += 1
+        self._emit(ev.MergeTested((i, j), got, bar, accepted))
+        st.proposals[Outcome.MERGE_ACCEPTED if accepted else Outcome.MERGE_REJECTED] += 1
         if accepted:
             self._commit(child, (i, j), "merge", None, await self._validate(child, (i, j), "merge", None, st.iteration),
                          st.iteration)
@@ -465,8 +472,8 @@ class Engine:
         try:
             return await self._retrying(self.reflection_lm.complete, messages, **params)
         except Exception as exc:
-            self.state.proposals["reflection error"] += 1
-            self.on_event("reflection_error", {"error": f"{type(exc).__name__}: {exc}"})
+            self.state.proposals[Outcome.REFLECTION_ERROR] += 1
+            self._emit(ev.ReflectionFailed(f"{type(exc).__name__}: {exc}"))
             return None
 
     async def _propose(self, current: str, examples: list[ReflectionExample], iteration: int,
@@ -475,7 +482,7 @@ class Engine:
         `description` the text is an artifact (a regex, code, ...), said so in the prompt and vetted verbatim."""
         cfg, st = self.config, self.state
         artifact = description is not None
-        self.on_event("phase", {"phase": "reflection"})
+        self._emit(ev.PhaseStarted("reflection"))
         messages = build_prompt(current, examples, max_chars=cfg.reflection_chars, description=description)
         max_tokens = cfg.reflection_max_tokens
         temps = list(cfg.reflection_temperatures) or [0.0]
@@ -486,11 +493,11 @@ class Engine:
             if out is None:
                 continue
             proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
-            self.on_event("reflection", {"attempt": attempt, "rejected": proposal.rejected,
-                                         "text": proposal.text, "raw": out.text})
-            if not proposal.rejected:
+            rejected = Outcome.rejected(proposal.rejected) if proposal.rejected else None
+            self._emit(ev.ReflectionAnswered(attempt, rejected, proposal.text, out.text))
+            if rejected is None:
                 return proposal.text
-            st.proposals[f"rejected: {proposal.rejected}"] += 1
+            st.proposals[rejected] += 1
             if proposal.rejected == "truncated":
                 max_tokens *= 2
             messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact)
@@ -528,8 +535,7 @@ class Engine:
                 raise
             finally:
                 del self._inflight[key]
-            self.on_event("rollout", {"candidate": candidate.id, "example": ex.id, "score": run.score.value,
-                                      "error": run.error, "used": st.rollouts_used, "budget": st.budget})
+            self._emit(ev.RolloutFinished(candidate.id, ex.id, run.score.value, run.error, st.rollouts_used, st.budget))
             return run
 
         return list(await asyncio.gather(*(one(e) for e in examples)))
@@ -542,8 +548,7 @@ class Engine:
         """`call(...)`, made again while the LM infrastructure fails (LMUnavailable: no answer, so no result to
         keep, count or store). Stops the run when that cannot heal (LMSetupError) or keeps happening: on
         `max_lm_failures` failures in a row, or of this one call (one that always fails while others answer)."""
-        cfg = self.config
-        tries = 0
+        cfg, tries = self.config, 0
         while True:
             try:
                 out = await call(*args, **kwargs)
@@ -551,7 +556,6 @@ class Engine:
                 self._lm_failures += 1
                 tries += 1
                 error = f"{type(exc).__name__}: {exc}"
-                self.on_event("lm_unavailable", {"error": error, "in_a_row": self._lm_failures})
                 if isinstance(exc, LMSetupError):
                     what = ""
                 elif self._lm_failures >= cfg.max_lm_failures:
@@ -559,10 +563,12 @@ class Engine:
                 elif tries >= cfg.max_lm_failures:
                     what = f"one LM call failed {tries} times; "
                 else:
+                    self._emit(ev.LMFailed(error, self._lm_failures, cfg.lm_retry_pause))
                     await asyncio.sleep(cfg.lm_retry_pause)
                     continue
-                self.request_stop(f"LM unavailable: {what}{error} (everything paid so far is kept; fix the LM and "
-                                  f"resume)")
+                self._emit(ev.LMFailed(error, self._lm_failures, None))
+                self.request_stop(StopReason.LM_UNAVAILABLE, f"LM unavailable: {what}{error} (everything paid so far "
+                                  f"is kept; fix the LM and resume)")
                 raise asyncio.CancelledError from exc
             self._lm_failures = 0
             return out
@@ -577,7 +583,7 @@ class Engine:
     async def _validate(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
                         iteration: int) -> dict[str, float]:
         """Scores on the whole validation set (its cost was set aside when the step was planned)."""
-        self.on_event("phase", {"phase": "validation", "origin": origin})
+        self._emit(ev.PhaseStarted("validation", origin=origin))
         # until committed, a stop leaves it a partial candidate (see `_partial_candidates`)
         self._validating[candidate.id] = CandidateRecord(-1, candidate, parents, origin, iteration, component, {}, 0)
         runs = await self._evaluate(candidate, self.valset)
@@ -593,7 +599,7 @@ class Engine:
         st.add_record(record)
         self._tried.add(candidate.id)
         self._validating.pop(candidate.id, None)
-        self.on_event("candidate", {"record": record, "best": st.best().mean, "front": st.archive.front})
+        self._emit(ev.CandidateAdded(record, st.best().mean, tuple(st.archive.front)))
 
     def _afford(self, cost: int, what: str) -> None:
         if cost > self.state.remaining:
@@ -645,28 +651,22 @@ class Engine:
                 chosen.append(ex)
         return chosen
 
-    def _check_stop(self) -> str | None:
+    def _check_stop(self) -> Stop | None:
         cfg, st = self.config, self.state
         best = st.best().mean
         if cfg.target_score is not None and best >= cfg.target_score:
-            return f"target score {cfg.target_score} reached"
+            return Stop(StopReason.TARGET_REACHED, f"target score {cfg.target_score} reached")
         if best >= cfg.perfect_score:
-            return "validation score is perfect"
+            return Stop(StopReason.PERFECT_SCORE)
         if cfg.stop_file and Path(cfg.stop_file).exists():
-            return f"stop file {cfg.stop_file} found"
+            return Stop(StopReason.STOP_FILE, f"stop file {cfg.stop_file} found")
         if cfg.patience is not None and self._since_improvement >= cfg.patience:
-            return f"no improvement for {cfg.patience} iterations"
+            return Stop(StopReason.NO_IMPROVEMENT, f"no improvement for {cfg.patience} iterations")
         if self._idle >= cfg.max_idle_iterations:
-            return f"stalled: {self._idle} iterations in a row found nothing worth a rollout"
+            return Stop(StopReason.STALLED, f"stalled: {self._idle} iterations in a row found nothing worth a rollout")
         if st.remaining < min(cfg.minibatch_size, len(self.trainset)):
-            return "budget spent"
+            return Stop(StopReason.BUDGET_EXHAUSTED)
         return None
-
-    def _progress(self) -> dict[str, Any]:
-        st = self.state
-        return {"iteration": st.iteration, "used": st.rollouts_used, "budget": st.budget,
-                "best": st.best().mean if st.records else None, "front": len(st.archive.front),
-                "candidates": len(st.records)}
 
     def _paid_scores(self, candidate: Candidate) -> dict[str, float]:
         """The validation scores of `candidate` paid for so far."""
@@ -691,16 +691,16 @@ class Engine:
                                            scores, self.state.rollouts_used))
         return out
 
-    def _result(self, reason: str, seconds: float) -> Result:
+    def _result(self, stop: Stop, seconds: float) -> Result:
         st = self.state
         partial = self._partial_candidates()
         if not st.records:  # stopped before the seed was validated
-            return Result(self.seed, float("nan"), float("nan"), [], [], st.rollouts_used, st.budget,
-                          st.ledger, reason, st.iteration, dict(st.proposals), [], seconds, partial)
+            return Result(self.seed, float("nan"), float("nan"), [], [], st.rollouts_used, st.budget, st.ledger,
+                          stop.reason, stop.message, st.iteration, dict(st.proposals), [], seconds, partial)
         best = st.best()
         return Result(best.candidate, best.mean, st.records[0].mean, list(st.records), st.archive.front,
-                      st.rollouts_used, st.budget, st.ledger, reason, st.iteration, dict(st.proposals),
-                      list(st.history), seconds, partial)
+                      st.rollouts_used, st.budget, st.ledger, stop.reason, stop.message, st.iteration,
+                      dict(st.proposals), list(st.history), seconds, partial)
 
 
 def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Example], cfg: EngineConfig) -> None:

@@ -9,10 +9,27 @@ at least one vote, so it can never be starved, not even when it is best on no si
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
 import numpy as np
+
+
+def best_index(means: Sequence[float | None] | np.ndarray) -> int | None:
+    """The one rule for "the best candidate", used by the engine, `Result`, the stored-run snapshot, `gepetto
+    runs/show/export` and the report: the highest mean validation score among fully evaluated candidates (a
+    candidate whose validation was cut short is never in the pool, so never in `means`); on a tie the earliest
+    candidate (lowest index) wins. A missing (None) or NaN mean never wins. None when nothing qualifies."""
+    if isinstance(means, np.ndarray):  # the engine's archive: the same rule, vectorised (argmax: first of ties)
+        masked = np.where(np.isnan(means), -np.inf, means)
+        i = int(np.argmax(masked)) if masked.size else -1
+        return i if i >= 0 and masked[i] > -np.inf else None
+    best, top = None, -math.inf
+    for i, m in enumerate(means):
+        if m is not None and m > top:  # strictly greater: the earliest keeps a tie; NaN compares False
+            best, top = i, m
+    return best
 
 
 def dominates(a: np.ndarray, b: np.ndarray) -> bool:
@@ -122,5 +139,8 @@ class ParetoArchive:
         return self._sums[: self._n] / max(self.n_examples, 1)
 
     def best(self) -> int:
-        """Index of the best-mean candidate (the earliest one on ties)."""
-        return int(np.argmax(self._sums[: self._n]))
+        """Index of the best candidate by `best_index` (every row covers all examples: sums order as means)."""
+        best = best_index(self._sums[: self._n])
+        if best is None:
+            raise ValueError("the archive is empty")
+        return best

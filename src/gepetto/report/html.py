@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gepetto.engine.pareto import best_index
+from gepetto.events import Outcome, StopReason
 from gepetto.report.assets import CSS, JS
 from gepetto.secrets import redact_data
 
@@ -190,9 +192,8 @@ class _View:
                 c["mean"] = sum(vals) / len(vals)
         self.front = [int(i) for i in (self.result.get("pareto_front") or []) if _num(i) is not None]
         self.front_set = set(self.front)
-        self.best_index: int | None = (
-            max(cands, key=lambda c: (c["mean"] if c["mean"] is not None else -1.0, -c["index"]))["index"]
-            if cands else None)
+        best = best_index([c["mean"] for c in cands])
+        self.best_index: int | None = None if best is None else cands[best]["index"]
         comps: list[str] = []
         for texts in [c.get("texts") or {} for c in cands] + [self.result.get("best_candidate") or {}]:
             comps.extend(k for k in texts if k not in comps)
@@ -261,9 +262,12 @@ def _header(view: _View) -> str:
     stat_html = "".join(
         f'<div class="stat"><div class="k">{_e(k)}</div><div class="v">{v}</div>'
         f'<div class="small muted">{note}</div></div>' for k, v, note in stats)
-    stop = res.get("stop_reason")
-    stop_html = (f'<div class="stat"><div class="k">stopped because</div><div class="v smallv">{_e(stop)}</div></div>'
-                 if stop else "")
+    # the message for people; the StopReason value beside it (a run stored before 0.2 has only the message)
+    stop = res.get("stop_message") or res.get("stop_reason")
+    reason = StopReason.parse(str(res.get("stop_reason") or stop or ""))
+    code = f' <span class="muted small">({_e(reason.value)})</span>' if reason and reason.value != stop else ""
+    stop_html = (f'<div class="stat"><div class="k">stopped because</div><div class="v smallv">{_e(stop)}{code}</div>'
+                 f'</div>' if stop else "")
     config = run.get("config")
     config_html = ""
     if config:
@@ -463,12 +467,12 @@ def _proposals_section(view: _View) -> str:
         top = max(props.values()) or 1
         rows = []
         for k, v in sorted(props.items(), key=lambda kv: (-kv[1], kv[0])):
-            kind = ("acc" if "accepted" in k and "merge" not in k else "merge" if "merge" in k
-                    else "err" if "error" in k else "")
+            outcome = Outcome.parse(k)
+            kind = {"accepted": "acc", "merge": "merge", "error": "err"}.get(outcome.group if outcome else "", "")
             rows.append(f'<tr><td>{_e(k)}</td><td>{_int(v)}</td><td style="width:45%">'
                         f'<span class="pbar {kind}" style="width:{100 * v / top:.1f}%"></span></td></tr>')
         total = sum(props.values())
-        acc, lost = props.get("accepted", 0), props.get("rejected: not better on minibatch", 0)
+        acc, lost = props.get(Outcome.ACCEPTED, 0), props.get(Outcome.NOT_BETTER, 0)
         rate = (f'<p class="muted small">{_int(acc)} of {_int(acc + lost)} proposals tested on a minibatch were '
                 f'accepted.</p>' if acc + lost else "")
         body = (f'<div class="table-wrap"><table class="data"><thead><tr><th>outcome</th><th>count</th><th></th>'

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gepetto.engine.pareto import ParetoArchive
+from gepetto.engine.pareto import ParetoArchive, best_index
+from gepetto.events import StopReason
 from gepetto.store.sqlite import RunStore
 
 
@@ -20,12 +21,26 @@ def run_snapshot(store: RunStore, name: str, n_samples: int = 8) -> dict[str, An
         known = ", ".join(r.name for r in store.list_runs()) or "none"
         raise KeyError(f"no run named {name!r} in {store.path} (runs: {known})")
     cands = store.candidates(name)
-    result = info.result or _partial_result(store, name, cands, info.config)
+    result = _with_stop(info.result) if info.result else _partial_result(store, name, cands, info.config)
     samples = _samples(store, name, result, n_samples) if cands else []
     run = {"name": info.name, "status": info.shown_status, "seed": info.seed, "created": info.created,
            "updated": info.updated, "config": info.config, "task": info.config.get("task", ""),
            "task_lm": info.config.get("task_lm", ""), "reflection_lm": info.config.get("reflection_lm", "")}
     return {"run": run, "result": result, "samples": samples}
+
+
+def _with_stop(result: dict[str, Any]) -> dict[str, Any]:
+    """`stop_reason` as a StopReason value (or None) and `stop_message` for people, also for a run stored before
+    stop reasons were typed (its `stop_reason` was the message)."""
+    stored = result.get("stop_reason")
+    reason = StopReason.parse(stored)
+    message = result.get("stop_message") or stored or ""
+    return {**result, "stop_reason": reason.value if reason else None, "stop_message": message}
+
+
+def _best(cands: list[dict]) -> dict | None:
+    i = best_index([c["mean"] for c in cands])
+    return None if i is None else cands[i]
 
 
 def _partial_result(store: RunStore, name: str, cands: list[dict], config: dict) -> dict[str, Any]:
@@ -37,20 +52,21 @@ def _partial_result(store: RunStore, name: str, cands: list[dict], config: dict)
         best = max(x["mean"] for x in cands[: c["index"] + 1])
         if not history or history[-1][1] != best:
             history.append([c["rollouts_at_creation"], best])
-    best = max(cands, key=lambda c: (c["mean"], -c["index"])) if cands else None
+    best = _best(cands)
     return {
         "best_candidate": best["texts"] if best else {}, "best_score": best["mean"] if best else None,
         "seed_score": cands[0]["mean"] if cands else None, "candidates": cands, "pareto_front": archive.front,
         "rollouts_used": store.count_rollouts(name), "budget": config.get("budget"), "ledger": store.ledger(name),
-        "stop_reason": "(unfinished)", "iterations": max((c["iteration"] for c in cands), default=0),
-        "proposals": {}, "history": history, "wall_seconds": None,
+        "stop_reason": None, "stop_message": "(unfinished)",
+        "iterations": max((c["iteration"] for c in cands), default=0), "proposals": {}, "history": history,
+        "wall_seconds": None,
     }
 
 
 def _samples(store: RunStore, name: str, result: dict[str, Any], n: int) -> list[dict[str, Any]]:
     """Validation examples where the best candidate and the seed differ most, with both outputs."""
     cands = result["candidates"]
-    seed, best = cands[0], max(cands, key=lambda c: (c["mean"], -c["index"]))
+    seed, best = cands[0], _best(cands) or cands[0]
     rollouts = store.rollouts(name)
     examples = store.examples(name, "val")
     order = sorted(seed["val_scores"], key=lambda i: (-abs(best["val_scores"][i] - seed["val_scores"][i]), i))

@@ -1,0 +1,321 @@
+"""What a run tells its observers: one frozen dataclass per event, why a run stopped, what became of a proposal.
+
+The engine calls every callback of `callbacks=[...]` with each event, in order, on the event loop's thread:
+
+    def show(event: gepetto.Event) -> None:
+        match event:
+            case CandidateAdded(record=rec, best=best):
+                print(f"candidate {rec.index}: {rec.mean:.3f} (best {best:.3f})")
+            case LMFailed(error=error, retry_in=pause) if pause is not None:
+                print(f"LM failed ({error}); retrying in {pause:g}s")
+
+A callback must be quick and must not raise (an exception in a callback ends the run like any other error).
+Text in events that came from an LM or the user is redacted (gepetto.secrets) before it reaches a callback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
+
+from gepetto.secrets import redact_data
+
+if TYPE_CHECKING:
+    from gepetto.engine.loop import Result
+    from gepetto.engine.state import BudgetPlan, CandidateRecord
+
+E = TypeVar("E", bound="Event")
+
+
+class StopReason(str, Enum):
+    """Why a run stopped (stored in the run store as its value; a human message goes beside it)."""
+
+    BUDGET_EXHAUSTED = "budget_exhausted"  # what is left cannot pay for the next step
+    TARGET_REACHED = "target_reached"  # target_score reached
+    PERFECT_SCORE = "perfect_score"  # best validation score reached perfect_score
+    TIME_LIMIT = "time_limit"
+    NO_IMPROVEMENT = "no_improvement"  # patience: iterations without a better best
+    STALLED = "stalled"  # max_idle_iterations in a row spent no rollout
+    STOP_FILE = "stop_file"  # the stop file appeared
+    INTERRUPTED = "interrupted"  # Ctrl-C (SIGINT)
+    SIGTERM = "sigterm"
+    STOP_REQUESTED = "stop_requested"  # Engine.request_stop() from the caller's code
+    LM_UNAVAILABLE = "lm_unavailable"  # the LM endpoint kept failing (or refused the setup, e.g. HTTP 401)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def default_message(self) -> str:
+        return _DEFAULT_MESSAGES.get(self, self.value.replace("_", " "))
+
+    @property
+    def resumable(self) -> bool:
+        """The run has more to do: the user or the LM cut it short (its stored status is "interrupted")."""
+        return self in (StopReason.INTERRUPTED, StopReason.SIGTERM, StopReason.LM_UNAVAILABLE)
+
+    @property
+    def failed(self) -> bool:
+        """The run could not go on by itself: a caller should report a failure (the CLI exits non-zero)."""
+        return self is StopReason.LM_UNAVAILABLE
+
+    @classmethod
+    def parse(cls, stored: str | None) -> StopReason | None:
+        """A stored stop reason: a value, or the prose written by gepetto before stop reasons were typed."""
+        if not stored:
+            return None
+        try:
+            return cls(stored)
+        except ValueError:
+            pass
+        for prefix, reason in _OLD_PROSE:
+            if stored.startswith(prefix):
+                return reason
+        return None
+
+
+_DEFAULT_MESSAGES = {
+    StopReason.BUDGET_EXHAUSTED: "budget spent",
+    StopReason.PERFECT_SCORE: "validation score is perfect",
+    StopReason.INTERRUPTED: "interrupted (Ctrl-C)",
+    StopReason.SIGTERM: "interrupted (SIGTERM)",
+    StopReason.STOP_REQUESTED: "stop requested",
+}
+# how runs stored before 0.2 said why they stopped (the human message was the only record)
+_OLD_PROSE = (
+    ("interrupted (SIGTERM)", StopReason.SIGTERM), ("interrupted", StopReason.INTERRUPTED),
+    ("LM unavailable", StopReason.LM_UNAVAILABLE), ("budget", StopReason.BUDGET_EXHAUSTED),
+    ("target score", StopReason.TARGET_REACHED), ("validation score is perfect", StopReason.PERFECT_SCORE),
+    ("time limit", StopReason.TIME_LIMIT), ("no improvement", StopReason.NO_IMPROVEMENT),
+    ("stalled", StopReason.STALLED), ("stop file", StopReason.STOP_FILE),
+    ("stop requested", StopReason.STOP_REQUESTED),
+)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A decision to stop: the reason, and a message for people ("no improvement for 20 iterations")."""
+
+    reason: StopReason
+    message: str = ""  # default: the reason's default message
+
+    def __post_init__(self) -> None:
+        if not self.message:
+            object.__setattr__(self, "message", self.reason.default_message)
+
+
+class Outcome(str, Enum):
+    """What became of a proposal (or a merge). The value is the label shown in reports and counted in
+    `Result.proposals`; as a `str` it also looks up by label (`result.proposals["accepted"]`)."""
+
+    ACCEPTED = "accepted"  # better on the minibatch: validated and added to the pool
+    NOT_BETTER = "rejected: not better on minibatch"
+    ALREADY_TRIED = "rejected: already tried"  # the same text was proposed before (never paid twice)
+    # reflection answers refused before any rollout (engine/reflect.py `vet`, engine/edits.py `vet_rule`)
+    TRUNCATED = "rejected: truncated"
+    EMPTY = "rejected: empty"
+    UNCHANGED = "rejected: unchanged"
+    CHAT_REPLY = "rejected: chat reply"
+    SCAFFOLDING = "rejected: copies our prompt markers"
+    ECHO = "rejected: echoes the examples"
+    REFLECTION_ERROR = "reflection error"  # the reflection LM raised
+    PARENT_PERFECT = "skipped: parent perfect on minibatch"
+    NO_OPEN_MISTAKE = "skipped: no open mistake in the known training rollouts"  # edit proposer
+    MERGE_ACCEPTED = "merge accepted"
+    MERGE_REJECTED = "merge rejected"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def reason(self) -> str:
+        """The label without its "rejected: " or "skipped: " prefix ("truncated")."""
+        return self.value.partition(": ")[2] or self.value
+
+    @property
+    def group(self) -> Literal["accepted", "rejected", "skipped", "merge", "error"]:
+        if self in (Outcome.MERGE_ACCEPTED, Outcome.MERGE_REJECTED):
+            return "merge"
+        if self is Outcome.REFLECTION_ERROR:
+            return "error"
+        return "accepted" if self is Outcome.ACCEPTED else "skipped" if self.value.startswith("skipped") else "rejected"
+
+    @classmethod
+    def rejected(cls, why: str) -> Outcome:
+        """The outcome of a reflection answer vetting refused for `why` ("truncated", "chat reply", ...)."""
+        return cls(f"rejected: {why}")
+
+    @classmethod
+    def parse(cls, label: str) -> Outcome | None:
+        try:
+            return cls(label)
+        except ValueError:
+            return None
+
+
+class Event:
+    """Base of every event. `kind` is its short name (as stored in the run store's event log)."""
+
+    __slots__ = ()
+    kind: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a shallow dict (records and results stay objects)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    def redacted(self: E) -> E:
+        """This event, or a copy whose plain-data fields (strings, lists, dicts) have every secret redacted."""
+        plain = {k: v for k, v in self.to_dict().items()
+                 if isinstance(v, (str, list, tuple, dict)) and not isinstance(v, Enum)}
+        clean = redact_data(plain) if plain else plain
+        changed = {k: v for k, v in clean.items() if v != plain[k]}
+        return dataclasses.replace(self, **changed) if changed else self  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class PlanMade(Event):
+    """Before anything is paid: what the budget buys."""
+
+    kind: ClassVar[str] = "plan"
+    plan: BudgetPlan
+
+    @property
+    def text(self) -> str:
+        return self.plan.describe()
+
+
+@dataclass(frozen=True)
+class PhaseStarted(Event):
+    """A step of a proposal begins: the parent's minibatch, a reflection, or a validation."""
+
+    kind: ClassVar[str] = "phase"
+    phase: Literal["minibatch", "reflection", "validation"]
+    origin: str | None = None  # validation: "seed", "reflection" or "merge"
+    candidate: int | None = None  # minibatch: the parent's index
+    component: str | None = None  # minibatch: the component to improve
+
+
+@dataclass(frozen=True)
+class RolloutFinished(Event):
+    """A rollout was paid for (or replayed from the run store); `used` counts it."""
+
+    kind: ClassVar[str] = "rollout"
+    candidate: str  # candidate id
+    example: str  # example id
+    score: float
+    error: str | None
+    used: int
+    budget: int
+
+
+@dataclass(frozen=True)
+class ReflectionAnswered(Event):
+    """The reflection LM answered; `rejected` is the outcome when vetting refused the answer, else None."""
+
+    kind: ClassVar[str] = "reflection"
+    attempt: int
+    rejected: Outcome | None
+    text: str  # the proposed text (the rule, for the edit proposer)
+    raw: str  # the whole answer
+
+
+@dataclass(frozen=True)
+class ReflectionFailed(Event):
+    """A reflection call raised (it costs an attempt, not the run)."""
+
+    kind: ClassVar[str] = "reflection_error"
+    error: str
+
+
+@dataclass(frozen=True)
+class ProposalTested(Event):
+    """A child was tested against its parent on the same examples; `accepted`: it goes on to validation."""
+
+    kind: ClassVar[str] = "proposal"
+    parent: int
+    component: str
+    text: str
+    minibatch_before: float
+    minibatch_after: float
+    accepted: bool
+    rule: str | None = None  # edit proposer: the rule appended, and the failure pattern it targets
+    pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class MergeTested(Event):
+    """A merge child was tested on the examples where its parents differ most."""
+
+    kind: ClassVar[str] = "merge"
+    parents: tuple[int, int]
+    subsample_score: float
+    bar: float
+    accepted: bool
+
+
+@dataclass(frozen=True)
+class CandidateAdded(Event):
+    """A fully validated candidate joined the pool."""
+
+    kind: ClassVar[str] = "candidate"
+    record: CandidateRecord
+    best: float  # best mean validation score now
+    front: tuple[int, ...]  # Pareto front (candidate indices)
+
+
+@dataclass(frozen=True)
+class LMFailed(Event):
+    """An LM call gave no answer (after the backend's own retries): it is made again after `retry_in` seconds,
+    or, when `retry_in` is None, the run stops (StopReason.LM_UNAVAILABLE), keeping everything paid."""
+
+    kind: ClassVar[str] = "lm_unavailable"
+    error: str
+    in_a_row: int  # failures in a row, over all calls
+    retry_in: float | None
+
+
+@dataclass(frozen=True)
+class IterationEnded(Event):
+    """An iteration (a round of proposals, or a merge attempt) ended."""
+
+    kind: ClassVar[str] = "iteration"
+    iteration: int
+    used: int
+    budget: int
+    best: float | None
+    front: int  # size of the Pareto front
+    candidates: int
+
+
+@dataclass(frozen=True)
+class RunEnded(Event):
+    """The run is over; `result.stop_reason` says why."""
+
+    kind: ClassVar[str] = "done"
+    result: Result
+
+
+class Callback(Protocol):
+    """Anything called with each event: a function, a bound method, an object with `__call__`."""
+
+    def __call__(self, event: Event) -> None: ...
+
+
+Callbacks = Callback | Sequence[Callback] | None
+
+
+def as_callbacks(callbacks: Callbacks) -> list[Callback]:
+    """`callbacks=` as a list: one callback, several, or none."""
+    if callbacks is None:
+        return []
+    return [callbacks] if callable(callbacks) else list(callbacks)
+
+
+__all__ = [
+    "Callback", "CandidateAdded", "Event", "IterationEnded", "LMFailed", "MergeTested", "Outcome", "PhaseStarted",
+    "PlanMade", "ProposalTested", "ReflectionAnswered", "ReflectionFailed", "RolloutFinished", "RunEnded", "Stop",
+    "StopReason", "as_callbacks",
+]
