@@ -51,6 +51,7 @@ SYSTEMS = ("gepetto", "gepa", "gepa+merge")
 GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     "gepetto-1try": {"reflection_attempts": 1},  # no retry after a rejected reflection answer
     "gepetto-nomerge": {"use_merge": False},
+    "gepetto-edit": {"proposer": "edit"},  # one-rule edits (issue 10) instead of whole-text rewrites
 }
 ALL_SYSTEMS = (*SYSTEMS, *GEPETTO_VARIANTS)
 
@@ -171,9 +172,12 @@ SIM_INTRO = [
 # ---- real track -----------------------------------------------------------------------------------
 
 def expert_candidate(task: Task, task_name: str) -> Candidate | None:
-    """A hand-written expert prompt if the task provides one (Task.metadata["expert"] or a module EXPERT*)."""
+    """A hand-written expert prompt if the task provides one (Task.expert_candidate, Task.metadata["expert"]
+    or a module EXPERT*)."""
     import importlib
 
+    if task.expert_candidate is not None:
+        return task.expert_candidate
     meta = getattr(task, "metadata", None)
     found: Any = meta.get("expert") if isinstance(meta, dict) else None
     if found is None:
