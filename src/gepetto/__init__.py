@@ -1,11 +1,11 @@
 """gepetto: reflective prompt evolution (GEPA) for LLM programs."""
 
 from gepetto.api import Evaluation, build_engine, evaluate, evaluate_async, optimize, optimize_async, run_engine
-from gepetto.engine.loop import Engine, EngineConfig, Result
+from gepetto.config import ConfigError, EngineConfig
+from gepetto.engine.loop import Engine, Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMError, ScriptedLM, Usage
 from gepetto.program import Context, MetricError, Rollout, Task, TraceEntry, single_instruction
-from gepetto.runner import ConfigError
 from gepetto.types import Candidate, Example, Score
 
 __all__ = [
