@@ -8,10 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 import gepetto
-from gepetto import sim
 from gepetto.cli import app
 from gepetto.config import ENGINE_FIELDS, SESSION_ONLY, ConfigError, EngineConfig, RunConfig, load_config
 from gepetto.store.sqlite import RunStore
+from gepetto.testing import sim
 
 SIM = ["--task", "sim", "--task-lm", "sim:task", "--reflection-lm", "sim:reflection"]
 

@@ -229,7 +229,7 @@ def test_cli_task_options_must_fit_the_function(cli):
 
 
 def test_lm_names_work_too_and_engine_options_are_stored_and_compared(tmp_path):
-    from gepetto import sim
+    from gepetto.testing import sim
 
     task = sim.task(kinds=4)
     kw = {"program": task.program, "valset": task.valset, "task_lm": "sim:task", "reflection_lm": "sim:reflection",

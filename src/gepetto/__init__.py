@@ -4,8 +4,9 @@ from gepetto.api import Evaluation, build_engine, evaluate, evaluate_async, opti
 from gepetto.config import ConfigError, EngineConfig
 from gepetto.engine.loop import Engine, Result
 from gepetto.ledger import Ledger
-from gepetto.lm.base import LM, Completion, LMError, ScriptedLM, Usage
+from gepetto.lm.base import LM, Completion, LMError, Usage
 from gepetto.program import Context, MetricError, Rollout, Task, TraceEntry, single_instruction
+from gepetto.testing import ScriptedLM  # (also registers the simulated LMs: sim:task, sim:reflection)
 from gepetto.types import Candidate, Example, Score
 
 __all__ = [

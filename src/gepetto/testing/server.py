@@ -27,7 +27,7 @@ def echo(messages: list[dict[str, str]], body: dict[str, Any]) -> str:
 
 
 def sim_responder(task: str = "sim:task", reflection: str = "sim:reflection") -> Responder:
-    """The simulated LMs of `gepetto.sim` behind HTTP: a model name containing "reflection" gets `reflection`."""
+    """The simulated LMs (gepetto.testing.sim) behind HTTP: a model name containing "reflection" gets `reflection`."""
     from gepetto.lm.names import make_lm
 
     lms = {"task": make_lm(task), "reflection": make_lm(reflection)}
