@@ -16,4 +16,4 @@ __all__ = [
     "evaluate_async", "optimize",
     "optimize_async", "run_engine", "single_instruction",
 ]
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
