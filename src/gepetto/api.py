@@ -60,7 +60,7 @@ def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
     if inspect.iscoroutinefunction(fn):
         async def checked_async(*args: Any, **kwargs: Any) -> Any:
             check(kwargs)
-            return await fn(*args, **kwargs)  # type: ignore[misc]
+            return await fn(*args, **kwargs)
 
         return functools.wraps(fn)(checked_async)  # type: ignore[return-value]
 

@@ -145,7 +145,8 @@ def _config_parameters() -> list[inspect.Parameter]:
         kind = _scalar(RunConfig.model_fields[target].annotation)
         decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
         params.append(inspect.Parameter(f"deprecated_{flag[2:]}", inspect.Parameter.KEYWORD_ONLY,
-                                        default=typer.Option(None, *decls, hidden=True), annotation=kind | None))
+                                        default=typer.Option(None, *decls, hidden=True),
+                                        annotation=(kind or str) | None))
     return params
 
 

@@ -225,7 +225,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             try:
                 import tomllib
             except ModuleNotFoundError:  # Python 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
+                import tomli as tomllib
             data = tomllib.loads(text)
         else:
             import yaml

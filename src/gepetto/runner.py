@@ -79,7 +79,7 @@ def load_run_task(cfg: RunConfig, ledger: Ledger) -> Task:
         raise ConfigError(str(exc)) from None
 
 
-def _cached(lm: Any, storage: Path, mode: str) -> Any:
+def _cached(lm: Any, storage: Path, mode: CacheMode) -> Any:
     if mode == "off":
         return lm
     from gepetto.lm.cache import CachedLM

@@ -57,7 +57,7 @@ class Backend:
         if callable(self.build):
             return self.build
         module, _, attr = self.build.partition(":")
-        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), attr)
 
 
 BACKENDS: dict[str, Backend] = {}

@@ -56,7 +56,7 @@ class FakeOpenAIServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}/v1"
 
     def start(self) -> FakeOpenAIServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-openai", daemon=True)
