@@ -3,7 +3,7 @@
 Usage: python benchmarks/concurrency.py [--budget 300] [--delay 0.3] [--proposals-per-round 4]
 
 The API is simulated: `gepetto.testing.FakeOpenAIServer` on loopback answers every chat request after a
-fixed delay (default 300 ms), many at once, with the simulated task and reflection LMs of `gepetto.sim`
+fixed delay (default 300 ms), many at once, with the simulated task and reflection LMs of `gepetto.testing.sim`
 behind it (a task with a known optimum). Both runs use the OpenAI-compatible backend over real HTTP with
 the same seed and settings; only `max_concurrency` (engine and HTTP client) differs, so they take the same
 path and spend the same rollouts.
@@ -16,9 +16,8 @@ import json
 import time
 
 import gepetto
-from gepetto import sim
 from gepetto.lm.openai import OpenAILM
-from gepetto.testing import FakeOpenAIServer, sim_responder
+from gepetto.testing import FakeOpenAIServer, sim, sim_responder
 
 
 def one_run(url: str, concurrency: int, budget: int, proposals: int, seed: int) -> dict:

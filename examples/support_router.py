@@ -109,7 +109,7 @@ def make_task(n_train: int = 12, n_val: int = 9, split_seed: int = 1) -> Task:
 # ---- scripted LMs: the example end to end in seconds, with no model (tests, trying it out) ----------------
 # A cue in the message decides the team. The scripted task LM routes a cue right only when the `route`
 # instruction has a line that names the cue and its team, else it answers "technical"; the scripted
-# reflection LM writes such a line for failures it is shown. Like gepetto.sim, with a known optimum.
+# reflection LM writes such a line for failures it is shown. Like gepetto.testing.sim, with a known optimum.
 CUES = {"refund": "billing", "charged twice": "billing", "invoice": "billing", "crash": "technical",
         "error message": "technical", "won't load": "technical", "package": "shipping", "delivery": "shipping",
         "tracking": "shipping", "password": "account", "login": "account", "email address": "account"}

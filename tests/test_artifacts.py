@@ -9,8 +9,8 @@ import pytest
 import gepetto
 from gepetto.engine import edits
 from gepetto.engine.reflect import ReflectionExample, build_prompt, reflective_examples, vet
-from gepetto.lm.base import ScriptedLM
 from gepetto.program import Rollout, TraceEntry
+from gepetto.testing import ScriptedLM
 from gepetto.types import Candidate, Example, Score
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"

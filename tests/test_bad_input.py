@@ -14,10 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 import gepetto
-from gepetto import sim
 from gepetto.cli import app
-from gepetto.lm.base import ScriptedLM
 from gepetto.store.sqlite import RunStore, StoreError
+from gepetto.testing import ScriptedLM, sim
 from gepetto.types import Example, Score
 
 SIM = ["--task", "sim", "--task-lm", "sim:task", "--reflection-lm", "sim:reflection"]

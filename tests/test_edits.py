@@ -5,11 +5,10 @@ import re
 
 import pytest
 
-from gepetto import sim
 from gepetto.api import build_engine
 from gepetto.engine import edits
-from gepetto.lm.base import ScriptedLM
 from gepetto.program import Rollout, TraceEntry
+from gepetto.testing import ScriptedLM, sim
 from gepetto.types import Score
 
 

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gepetto
-from gepetto import sim
 from gepetto.engine.merge import find_merge, merge_texts
 from gepetto.events import Outcome, PlanMade, RolloutFinished, StopReason
-from gepetto.lm.base import Completion, LMUnavailable, ScriptedLM, Usage
+from gepetto.lm.base import Completion, LMUnavailable, Usage
 from gepetto.program import MetricError
 from gepetto.store.sqlite import RunStore, StoredRollouts
+from gepetto.testing import ScriptedLM, sim
 from gepetto.types import Candidate, Example, Score
 
 

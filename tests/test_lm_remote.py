@@ -10,13 +10,13 @@ import pytest
 
 import gepetto
 from gepetto.ledger import Ledger
-from gepetto.lm.base import AuthenticationError, LMError, LMSetupError, LMUnavailable, MeteredLM, ScriptedLM
+from gepetto.lm.base import AuthenticationError, LMError, LMSetupError, LMUnavailable, MeteredLM
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm, parse_lm_name
 from gepetto.lm.openai import OpenAILM
 from gepetto.lm.remote import RateLimiter, parse_retry_after
 from gepetto.program import run_rollout, single_instruction
-from gepetto.testing import FakeOpenAIServer
+from gepetto.testing import FakeOpenAIServer, ScriptedLM
 from gepetto.types import Example, Score
 
 MSG = [{"role": "user", "content": "hello"}]
@@ -276,8 +276,8 @@ async def test_cache_replays_deterministic_calls(tmp_path) -> None:
 
 
 def test_second_identical_run_makes_zero_lm_calls(tmp_path) -> None:
-    from gepetto import sim
     from gepetto.lm.base import Completion
+    from gepetto.testing import sim
 
     task = sim.task(n_train=8, n_val=8, kinds=4)
     calls = {"task": 0, "reflection": 0}
@@ -371,7 +371,7 @@ def test_lms_on_one_endpoint_share_its_rate_limit() -> None:
 TWO_LOOPS = """
 import asyncio, gc
 import gepetto
-from gepetto import sim
+from gepetto.testing import sim
 from gepetto.lm.openai import OpenAILM
 from gepetto.testing import FakeOpenAIServer, sim_responder
 

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 import gepetto
-from gepetto import sim
 from gepetto.events import CandidateAdded, Event
 from gepetto.program import run_rollout
 from gepetto.report import render_report, write_report
 from gepetto.report.html import word_diff
+from gepetto.testing import sim
 
 ALERT = "<script>alert(1)</script>"
 CLOSER = "</script><b>x</b>"

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gepetto import sim
 from gepetto.events import RolloutFinished, StopReason
 from gepetto.runner import load_config, start_or_resume
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore
+from gepetto.testing import sim
 
 SCRIPT = Path(__file__).parent / "helpers" / "kill_run.py"
 

@@ -18,11 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 import gepetto
-from gepetto.lm.base import Completion, LMError, ScriptedLM
+from gepetto.lm.base import Completion, LMError
 from gepetto.lm.names import make_lm
 from gepetto.lm.openai import PLACEHOLDER_KEY, OpenAILM
 from gepetto.secrets import REDACTED, redact, redact_exception
-from gepetto.testing import FakeOpenAIServer, sim_responder
+from gepetto.testing import FakeOpenAIServer, ScriptedLM, sim_responder
 
 FAKE_KEY = "sk-test-FAKEKEY-1234567890abcdef"
 MSG = [{"role": "user", "content": "hello"}]

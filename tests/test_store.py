@@ -1,11 +1,11 @@
 """The SQLite run store: rollouts, candidates, runs, events; replaying a run over its stored rollouts."""
 
 import gepetto
-from gepetto import sim
 from gepetto.events import CandidateAdded
 from gepetto.program import Rollout, TraceEntry
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import SCHEMA, RunStore, StoredRollouts
+from gepetto.testing import sim
 from gepetto.types import Candidate, Example, Score
 
 

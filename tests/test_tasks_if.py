@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from gepetto.lm.base import ScriptedLM
 from gepetto.program import run_rollout
 from gepetto.tasks import _instruct, ifbench, ifeval
 from gepetto.tasks import constraints as C
+from gepetto.testing import ScriptedLM
 from gepetto.types import Example
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

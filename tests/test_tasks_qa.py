@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 
 from gepetto.ledger import Ledger
-from gepetto.lm.base import Completion, ScriptedLM
+from gepetto.lm.base import Completion
 from gepetto.program import TraceEntry, run_rollout
 from gepetto.tasks import hotpotqa, load_task, pupa
 from gepetto.tasks import math as mathtask
+from gepetto.testing import ScriptedLM
 from gepetto.types import Example, Score
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -230,7 +230,7 @@ def test_cli_task_options_must_fit_the_function(cli):
 
 
 def test_lm_names_work_too_and_engine_options_are_stored_and_compared(tmp_path):
-    from gepetto import sim
+    from gepetto.testing import sim
 
     task = sim.task(kinds=4)
     kw = {"program": task.program, "valset": task.valset, "task_lm": "sim:task", "reflection_lm": "sim:reflection",
@@ -238,19 +238,27 @@ def test_lm_names_work_too_and_engine_options_are_stored_and_compared(tmp_path):
     first = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, **kw)
     config = RunStore(tmp_path / "s.sqlite").get_run("named").config
     assert config["task_lm"] == "sim:task" and config["cache"] == "auto"  # names: the response cache is on
-    assert config["engine"] == {"reflection_attempts": 2}
+    assert config["reflection_attempts"] == 2 and "engine" not in config  # every option a field, by its name
     same(gepetto.optimize(task.seed_candidate, task.trainset, task.metric, **kw), first)
-    with pytest.raises(gepetto.ConfigError, match=r"other settings for \['engine'\]"):
+    with pytest.raises(gepetto.ConfigError, match=r"other settings for \['reflection_attempts'\]"):
         gepetto.optimize(task.seed_candidate, task.trainset, task.metric, **{**kw, "reflection_attempts": 3})
-    with pytest.raises(TypeError, match="unknown option"):
+    with pytest.raises(gepetto.ConfigError, match="unknown option 'budgett' \\(did you mean 'budget'\\?\\)"):
         gepetto.optimize(task.seed_candidate, task.trainset, task.metric, **{**kw, "budgett": 3})
+    # the same options given as a config: the same run
+    config_kw = {k: v for k, v in kw.items() if k not in ("budget", "reflection_attempts")}
+    cfg = gepetto.EngineConfig(budget=60, reflection_attempts=2)
+    same(gepetto.optimize(task.seed_candidate, task.trainset, task.metric, config=cfg, **config_kw), first)
 
 
 def test_engine_options_in_a_config_are_checked():
     from gepetto.runner import load_config
 
-    assert load_config(engine={"reflection_attempts": 5}).engine == {"reflection_attempts": 5}
+    assert load_config(reflection_attempts=5).reflection_attempts == 5
+    # the nested form of earlier versions (and of the runs they stored) is read too
+    assert load_config(engine={"reflection_attempts": 5}).reflection_attempts == 5
     with pytest.raises(gepetto.ConfigError, match="unknown engine option"):
-        load_config(engine={"budget": 5})  # a run option of its own, not an engine one
+        load_config(engine={"budget": 5})  # a run option of its own, never under engine:
+    with pytest.raises(gepetto.ConfigError, match="reflection_attempts: Input should be greater than or equal to 1"):
+        load_config(reflection_attempts=0)
     with pytest.raises(gepetto.ConfigError, match="stands for an LM object"):
         load_config(task="demo", task_lm="python:scripted")

@@ -1,12 +1,13 @@
 """gepetto: reflective prompt evolution (GEPA) for LLM programs."""
 
 from gepetto.api import Evaluation, build_engine, evaluate, evaluate_async, optimize, optimize_async, run_engine
-from gepetto.engine.loop import Engine, EngineConfig, Result
+from gepetto.config import ConfigError, EngineConfig
+from gepetto.engine.loop import Engine, Result
 from gepetto.events import Callback, Event, Outcome, StopReason
 from gepetto.ledger import Ledger
-from gepetto.lm.base import LM, Completion, LMError, ScriptedLM, Usage
+from gepetto.lm.base import LM, Completion, LMError, Usage
 from gepetto.program import Context, MetricError, Rollout, Task, TraceEntry, single_instruction
-from gepetto.runner import ConfigError
+from gepetto.testing import ScriptedLM  # (also registers the simulated LMs: sim:task, sim:reflection)
 from gepetto.types import Candidate, Example, Score
 
 __all__ = [
@@ -15,4 +16,4 @@ __all__ = [
     "StopReason", "Task", "TraceEntry", "Usage", "build_engine", "evaluate", "evaluate_async", "optimize",
     "optimize_async", "run_engine", "single_instruction",
 ]
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)

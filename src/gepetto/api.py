@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
+import functools
+import inspect
 import signal
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from gepetto.engine.loop import Engine, EngineConfig, Result, RolloutStore
+from gepetto.config import (
+    DEFAULT_REFLECTION_LM,
+    DEFAULT_TASK_LM,
+    ENGINE_FIELDS,
+    Accept,
+    CacheMode,
+    ConfigError,
+    EngineConfig,
+    Proposer,
+    UnknownOptionError,
+)
+from gepetto.engine.loop import Engine, Result, RolloutStore
 from gepetto.events import Callbacks, Event, StopReason, as_callbacks
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
@@ -19,6 +33,58 @@ from gepetto.types import Candidate, Example
 
 if TYPE_CHECKING:
     from gepetto.runner import StoredRun
+
+
+SeedCandidate = Candidate | Mapping[str, str] | str  # a bare string is the one component "instruction"
+Examples = Sequence[Example | Mapping[str, Any]]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
+    """A keyword argument `fn` does not take raises a ConfigError naming it and the closest accepted names
+    (instead of Python's bare TypeError; it is still a TypeError)."""
+    params = inspect.signature(fn).parameters
+    accepted = [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def check(kwargs: Mapping[str, Any]) -> None:
+        unknown = [k for k in kwargs if k not in params]
+        if unknown:
+            hints = []
+            for k in unknown:
+                close = difflib.get_close_matches(k, accepted, n=1)
+                hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise UnknownOptionError(f"{fn.__name__}(): unknown option {', '.join(hints)}; accepted: "
+                                     f"{', '.join(accepted)}")
+
+    if inspect.iscoroutinefunction(fn):
+        async def checked_async(*args: Any, **kwargs: Any) -> Any:
+            check(kwargs)
+            return await fn(*args, **kwargs)
+
+        return functools.wraps(fn)(checked_async)  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        check(kwargs)
+        return fn(*args, **kwargs)
+
+    return checked
+
+
+def engine_config(config: EngineConfig | Mapping[str, Any] | None, given: Mapping[str, Any]) -> EngineConfig:
+    """`config` (default: EngineConfig()) with the options in `given` that are not None put in its place."""
+    changes = {k: v for k, v in given.items() if k in ENGINE_FIELDS and v is not None}
+    if config is None:
+        return EngineConfig(**changes)
+    if isinstance(config, EngineConfig):
+        base = config.model_dump(include=set(ENGINE_FIELDS))  # (a RunConfig has more: only the engine's part)
+    elif isinstance(config, Mapping):
+        base = dict(config)
+    else:
+        raise ConfigError(f"config= takes a gepetto.EngineConfig (or a mapping of its options), got "
+                          f"{type(config).__name__}")
+    return EngineConfig(**{**base, **changes})
 
 
 def resolve_lm(lm: LM | str) -> LM:
@@ -58,27 +124,56 @@ def candidate_and_program(
     return cand, program
 
 
+@checked_keywords
 def build_engine(
-    seed_candidate: Candidate | Mapping[str, str] | str,
-    trainset: Sequence[Example | Mapping[str, Any]],
+    seed_candidate: SeedCandidate,
+    trainset: Examples,
     metric: Metric,
     *,
-    valset: Sequence[Example | Mapping[str, Any]] | None = None,
+    valset: Examples | None = None,
     program: Program | None = None,
-    task_lm: LM | str = "local:qwen2.5-coder-0.5b",
-    reflection_lm: LM | str = "local:qwen2.5-coder-1.5b",
+    task_lm: LM | str = DEFAULT_TASK_LM,
+    reflection_lm: LM | str = DEFAULT_REFLECTION_LM,
     callbacks: Callbacks = None,
     rollout_store: RolloutStore | None = None,
     ledger: Ledger | None = None,
-    **config: Any,
+    config: EngineConfig | Mapping[str, Any] | None = None,
+    budget: int | None = None,
+    seed: int | None = None,
+    max_concurrency: int | None = None,
+    task_lm_params: Mapping[str, Any] | None = None,
+    time_limit: float | None = None,
+    patience: int | None = None,
+    target_score: float | None = None,
+    perfect_score: float | None = None,
+    stop_file: str | None = None,
+    max_idle_iterations: int | None = None,
+    max_lm_failures: int | None = None,
+    lm_retry_pause: float | None = None,
+    minibatch_size: int | None = None,
+    accept: Accept | None = None,
+    proposals_per_round: int | None = None,
+    components: Sequence[str] | None = None,
+    component_descriptions: Mapping[str, str] | None = None,
+    proposer: Proposer | None = None,
+    reflection_attempts: int | None = None,
+    reflection_temperatures: Sequence[float] | None = None,
+    reflection_max_tokens: int | None = None,
+    reflection_chars: int | None = None,
+    evidence_size: int | None = None,
+    gate_solved: int | None = None,
+    rule_max_tokens: int | None = None,
+    use_merge: bool | None = None,
+    max_merges: int | None = None,
 ) -> Engine:
-    """The engine `optimize` would run, for callers that want to drive or observe it themselves."""
-    seed, program = candidate_and_program(seed_candidate, program)
+    """The engine `optimize` would run, for callers that want to drive or observe it themselves.
+
+    The options are `optimize`'s: `config` (an EngineConfig) with the keyword arguments given in place.
+    """
+    cfg = engine_config(config, locals())
+    seed_cand, program = candidate_and_program(seed_candidate, program)
     train = as_examples(trainset)
     val = as_examples(valset) if valset is not None else train
-    unknown = set(config) - set(EngineConfig.__dataclass_fields__)
-    if unknown:
-        raise TypeError(f"unknown option(s) {sorted(unknown)}; options: {sorted(EngineConfig.__dataclass_fields__)}")
     # no secret reaches feedback, events or the reflection prompt: LM errors and answers are redacted
     task = RedactingLM(resolve_lm(task_lm))
     reflection = RedactingLM(resolve_lm(reflection_lm), inputs=True)
@@ -89,47 +184,134 @@ def build_engine(
         for callback in observers:
             callback(clean)
 
-    return Engine(program, metric, seed, train, val, task, reflection, EngineConfig(**config),
+    return Engine(program, metric, seed_cand, train, val, task, reflection, cfg,
                   callbacks=[redacted] if observers else None, rollout_store=rollout_store, ledger=ledger)
 
 
-CacheMode = Literal["auto", "always", "off"]
-SeedCandidate = Candidate | Mapping[str, str] | str  # a bare string is the one component "instruction"
-Examples = Sequence[Example | Mapping[str, Any]]
-
-
-def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, storage: str | Path | None,
-                 run: str | None, cache: CacheMode | None, kwargs: dict[str, Any]) -> StoredRun | None:
+def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: dict[str, Any]
+                 ) -> StoredRun | None:
     """The stored run `optimize(..., storage=)` opens (created or resumed), or None without a store."""
-    if storage is None:
-        if run is not None or cache is not None:
+    if args["storage"] is None:
+        if args["run"] is not None or args["cache"] is not None:
             raise TypeError("run= and cache= name a stored run: give storage= too (e.g. storage='gepetto.sqlite')")
         return None
     from gepetto.runner import open_program_run
 
-    return open_program_run(seed_candidate, trainset, metric, storage=storage, run=run, cache=cache, **kwargs)
+    return open_program_run(seed_candidate, trainset, metric, storage=args["storage"], run=args["run"],
+                            cache=args["cache"], valset=args["valset"], program=args["program"],
+                            task_lm=args["task_lm"], reflection_lm=args["reflection_lm"], callbacks=args["callbacks"],
+                            config=engine_config(args["config"], args))
 
 
-async def optimize_async(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, *,
-                         storage: str | Path | None = None, run: str | None = None, cache: CacheMode | None = None,
-                         **kwargs: Any) -> Result:
+def _engine_for(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: dict[str, Any]) -> Engine:
+    return build_engine(seed_candidate, trainset, metric, valset=args["valset"], program=args["program"],
+                        task_lm=args["task_lm"], reflection_lm=args["reflection_lm"], callbacks=args["callbacks"],
+                        config=engine_config(args["config"], args))
+
+
+@checked_keywords
+async def optimize_async(
+    seed_candidate: SeedCandidate,
+    trainset: Examples,
+    metric: Metric,
+    *,
+    valset: Examples | None = None,
+    program: Program | None = None,
+    task_lm: LM | str = DEFAULT_TASK_LM,
+    reflection_lm: LM | str = DEFAULT_REFLECTION_LM,
+    callbacks: Callbacks = None,
+    storage: str | Path | None = None,
+    run: str | None = None,
+    cache: CacheMode | None = None,
+    config: EngineConfig | Mapping[str, Any] | None = None,
+    budget: int | None = None,
+    seed: int | None = None,
+    max_concurrency: int | None = None,
+    task_lm_params: Mapping[str, Any] | None = None,
+    time_limit: float | None = None,
+    patience: int | None = None,
+    target_score: float | None = None,
+    perfect_score: float | None = None,
+    stop_file: str | None = None,
+    max_idle_iterations: int | None = None,
+    max_lm_failures: int | None = None,
+    lm_retry_pause: float | None = None,
+    minibatch_size: int | None = None,
+    accept: Accept | None = None,
+    proposals_per_round: int | None = None,
+    components: Sequence[str] | None = None,
+    component_descriptions: Mapping[str, str] | None = None,
+    proposer: Proposer | None = None,
+    reflection_attempts: int | None = None,
+    reflection_temperatures: Sequence[float] | None = None,
+    reflection_max_tokens: int | None = None,
+    reflection_chars: int | None = None,
+    evidence_size: int | None = None,
+    gate_solved: int | None = None,
+    rule_max_tokens: int | None = None,
+    use_merge: bool | None = None,
+    max_merges: int | None = None,
+) -> Result:
     """Async `optimize`: same arguments, for callers already inside an event loop."""
-    stored = _open_stored(seed_candidate, trainset, metric, storage, run, cache, kwargs)
+    args = dict(locals())
+    stored = _open_stored(seed_candidate, trainset, metric, args)
     if stored is not None:
         return await stored.run_async()
-    return await build_engine(seed_candidate, trainset, metric, **kwargs).run()
+    return await _engine_for(seed_candidate, trainset, metric, args).run()
 
 
-def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, *,
-             storage: str | Path | None = None, run: str | None = None, cache: CacheMode | None = None,
-             **kwargs: Any) -> Result:
+@checked_keywords
+def optimize(
+    seed_candidate: SeedCandidate,
+    trainset: Examples,
+    metric: Metric,
+    *,
+    valset: Examples | None = None,
+    program: Program | None = None,
+    task_lm: LM | str = DEFAULT_TASK_LM,
+    reflection_lm: LM | str = DEFAULT_REFLECTION_LM,
+    callbacks: Callbacks = None,
+    storage: str | Path | None = None,
+    run: str | None = None,
+    cache: CacheMode | None = None,
+    config: EngineConfig | Mapping[str, Any] | None = None,
+    budget: int | None = None,
+    seed: int | None = None,
+    max_concurrency: int | None = None,
+    task_lm_params: Mapping[str, Any] | None = None,
+    time_limit: float | None = None,
+    patience: int | None = None,
+    target_score: float | None = None,
+    perfect_score: float | None = None,
+    stop_file: str | None = None,
+    max_idle_iterations: int | None = None,
+    max_lm_failures: int | None = None,
+    lm_retry_pause: float | None = None,
+    minibatch_size: int | None = None,
+    accept: Accept | None = None,
+    proposals_per_round: int | None = None,
+    components: Sequence[str] | None = None,
+    component_descriptions: Mapping[str, str] | None = None,
+    proposer: Proposer | None = None,
+    reflection_attempts: int | None = None,
+    reflection_temperatures: Sequence[float] | None = None,
+    reflection_max_tokens: int | None = None,
+    reflection_chars: int | None = None,
+    evidence_size: int | None = None,
+    gate_solved: int | None = None,
+    rule_max_tokens: int | None = None,
+    use_merge: bool | None = None,
+    max_merges: int | None = None,
+) -> Result:
     """Evolve the seed candidate's texts to score better under `metric`, within `budget` rollouts.
 
     `program(candidate, example, ctx)` runs the user's system (default: the seed's one instruction as the
-    system prompt, the example's input as the user message). Other keywords: valset, task_lm, reflection_lm,
-    callbacks (one callable or a list, each called with every event: see gepetto.events), and the EngineConfig
-    options (budget, seed, minibatch_size, max_concurrency, use_merge, time_limit, patience, target_score,
-    stop_file, max_lm_failures, component_descriptions, ...). Ctrl-C or SIGTERM returns the best so far;
+    system prompt, the example's input as the user message); `valset` defaults to the trainset. `callbacks`:
+    one callable or a list, each called with every event (a typed dataclass: see gepetto.events). The options
+    of the loop come from `config` (an EngineConfig; default: EngineConfig()) with each keyword argument given
+    (not None) in place: budget, seed, minibatch_size, max_concurrency, use_merge, time_limit, patience,
+    target_score, stop_file, max_lm_failures, component_descriptions, ... (EngineConfig documents each). An
+    unknown name or a bad value raises a ConfigError. Ctrl-C or SIGTERM returns the best so far;
     `Result.stop_reason` (a gepetto.StopReason) says why the run stopped.
 
     `storage` (a SQLite file, e.g. "gepetto.sqlite") keeps every rollout, reflection answer and candidate in
@@ -137,10 +319,11 @@ def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, 
     calling again with the same `run` resumes it exactly, and a changed seed, examples or path-changing option
     is refused with a ConfigError (the budget may grow). `cache`: the LM response cache (docs/runs.md).
     """
-    stored = _open_stored(seed_candidate, trainset, metric, storage, run, cache, kwargs)
+    args = dict(locals())
+    stored = _open_stored(seed_candidate, trainset, metric, args)
     if stored is not None:
         return stored.run()
-    return run_engine(build_engine(seed_candidate, trainset, metric, **kwargs))
+    return run_engine(_engine_for(seed_candidate, trainset, metric, args))
 
 
 @dataclass
@@ -155,43 +338,59 @@ class Evaluation:
         return {r.example_id: r.score.value for r in self.rollouts}
 
 
+@checked_keywords
 async def evaluate_async(
-    candidate: Candidate | Mapping[str, str] | str,
-    examples: Sequence[Example | Mapping[str, Any]],
+    candidate: SeedCandidate,
+    examples: Examples,
     metric: Metric,
     *,
     program: Program | None = None,
-    task_lm: LM | str = "local:qwen2.5-coder-0.5b",
-    max_concurrency: int = 8,
-    lm_params: Mapping[str, Any] | None = None,
+    task_lm: LM | str = DEFAULT_TASK_LM,
+    config: EngineConfig | Mapping[str, Any] | None = None,
+    max_concurrency: int | None = None,
+    task_lm_params: Mapping[str, Any] | None = None,
 ) -> Evaluation:
     """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout.
 
-    A program or metric error scores 0; an LM that gives no answer at all raises `LMUnavailable` instead.
+    `max_concurrency` and `task_lm_params` are the EngineConfig options of that name (from `config`, default
+    EngineConfig()). A program or metric error scores 0; an LM that gives no answer at all raises
+    `LMUnavailable` instead.
     """
+    cfg = engine_config(config, locals())
     cand, program = candidate_and_program(candidate, program)
     lm, data = RedactingLM(resolve_lm(task_lm)), as_examples(examples)
-    sem = asyncio.Semaphore(max_concurrency)
-    params = dict(lm_params if lm_params is not None else {"temperature": 0.0})
+    sem = asyncio.Semaphore(cfg.max_concurrency)
 
     async def one(ex: Example) -> Rollout:
         async with sem:
-            return await run_rollout(program, metric, cand, ex, lm, params)
+            return await run_rollout(program, metric, cand, ex, lm, cfg.task_lm_params)
 
     runs = list(await asyncio.gather(*(one(ex) for ex in data)))
     return Evaluation(sum(r.score.value for r in runs) / len(runs) if runs else float("nan"), runs)
 
 
-def evaluate(*args: Any, **kwargs: Any) -> Evaluation:
+@checked_keywords
+def evaluate(
+    candidate: SeedCandidate,
+    examples: Examples,
+    metric: Metric,
+    *,
+    program: Program | None = None,
+    task_lm: LM | str = DEFAULT_TASK_LM,
+    config: EngineConfig | Mapping[str, Any] | None = None,
+    max_concurrency: int | None = None,
+    task_lm_params: Mapping[str, Any] | None = None,
+) -> Evaluation:
     """`evaluate_async` in a fresh event loop; the task LM's HTTP client is closed before the loop ends."""
 
     async def main() -> Evaluation:
         try:
-            return await evaluate_async(*args, **kwargs)
+            return await evaluate_async(candidate, examples, metric, program=program, task_lm=task_lm,
+                                        config=config, max_concurrency=max_concurrency,
+                                        task_lm_params=task_lm_params)
         finally:
-            lm = kwargs.get("task_lm")
-            if lm is not None and not isinstance(lm, str):
-                await aclose_lm(lm)
+            if not isinstance(task_lm, str):
+                await aclose_lm(task_lm)
 
     return asyncio.run(main())
 

@@ -7,24 +7,29 @@ Exit codes: 0 ok (also when Ctrl-C or SIGTERM stopped a run: the best so far is 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, Union, cast, get_args, get_origin
 
 import typer
 import yaml
+from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Column, Table
 from rich.text import Text
 
+from gepetto.config import RUN, TASK, ConfigError, RunConfig, load_config
 from gepetto.engine.pareto import best_index
 from gepetto.progress import ProgressDisplay
-from gepetto.runner import DEFAULT_STORAGE, ConfigError, load_config, start_or_resume
+from gepetto.runner import DEFAULT_STORAGE, start_or_resume
 from gepetto.secrets import redact
 from gepetto.store.sqlite import StoreError
 
@@ -100,56 +105,104 @@ def _report_result(name: str, result: Any, started: float) -> None:
                     EXIT_LM_UNAVAILABLE)
 
 
-@app.command()
+# `gepetto optimize` takes one option per RunConfig field, named like the field (`--max-concurrency` for
+# `max_concurrency`), with its description as help, in its group; the command's signature is built from the model
+# below, so a new field is a new option with nothing to copy by hand. Complex values (lists, mappings) are YAML.
+DEPRECATED = {"--concurrency": "max_concurrency", "--target": "target_score", "--merge": "use_merge"}
+_SPECIAL = {"task_options"}  # given as --task-option KEY=VALUE (repeatable)
+
+
+def _scalar(annotation: Any) -> type | None:
+    """The CLI type of a field (int, float, str, bool), or None for a list or mapping (given as YAML)."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) is Literal:
+        return str
+    if annotation in (int, float, str, bool):
+        return cast(type, annotation)
+    if len(args) == 1 and get_origin(annotation) in (Union, UnionType):
+        return _scalar(args[0])
+    return None
+
+
+def _help(field: FieldInfo, annotation: Any) -> str:
+    text = field.description or ""
+    literal = next((a for a in (annotation, *get_args(annotation)) if get_origin(a) is Literal), None)
+    if literal is not None:
+        text += " One of: " + ", ".join(map(str, get_args(literal))) + "."
+    default = field.get_default(call_default_factory=True)
+    if default not in (None, {}, ()):
+        shown = json.dumps(list(default) if isinstance(default, tuple) else default)
+        text += f" [default: {shown}]"
+    return escape(text)  # help is Rich markup: "[input, output]" is text
+
+
+def _config_parameters() -> list[inspect.Parameter]:
+    params = []
+    for name, field in RunConfig.model_fields.items():
+        if name in _SPECIAL:
+            continue
+        kind = _scalar(field.annotation)
+        flag = "--" + name.replace("_", "-")
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        panel = str(extra.get("group", "Options"))
+        decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
+        option = typer.Option(None, *decls, help=_help(field, field.annotation), rich_help_panel=panel,
+                              show_default=False, metavar=None if kind is not None else "YAML")
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                        annotation=(kind or str) | None))
+    for flag, target in DEPRECATED.items():
+        kind = _scalar(RunConfig.model_fields[target].annotation)
+        decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
+        params.append(inspect.Parameter(f"deprecated_{flag[2:]}", inspect.Parameter.KEYWORD_ONLY,
+                                        default=typer.Option(None, *decls, hidden=True),
+                                        annotation=(kind or str) | None))
+    return params
+
+
 def optimize(
-    config: Path | None = typer.Option(None, "--config", "-c", help="YAML or TOML file with run options."),
-    task: str | None = typer.Option(None, help="Built-in task (demo, clinc-banking, ...: docs/tasks.md), or your own "
-                                    "program: path/to/file.py:make_task or package.module:make_task."),
-    task_lm: str | None = typer.Option(None, help="Task LM, e.g. local:qwen2.5-coder-0.5b, openai:MODEL@URL."),
-    reflection_lm: str | None = typer.Option(None, help="Reflection LM name."),
-    budget: int | None = typer.Option(None, help="Rollout budget (one program run on one example)."),
-    seed: int | None = typer.Option(None, help="Random seed."),
-    concurrency: int | None = typer.Option(None, "--concurrency", help="Rollouts run at once."),
-    minibatch_size: int | None = typer.Option(None, help="Examples per reflection minibatch."),
-    merge: bool | None = typer.Option(None, "--merge/--no-merge", help="System-aware merge of lineages."),
-    time_limit: float | None = typer.Option(None, help="Stop after this many seconds."),
-    patience: int | None = typer.Option(None, help="Stop after this many iterations without improvement."),
-    target: float | None = typer.Option(None, "--target", help="Stop when the validation score reaches this."),
-    data_dir: str | None = typer.Option(None, help="Benchmark data directory (default ../shared/data)."),
-    n_train: int | None = typer.Option(None, help="Training examples."),
-    n_val: int | None = typer.Option(None, help="Validation examples."),
-    n_test: int | None = typer.Option(None, help="Test examples."),
-    proposals_per_round: int | None = typer.Option(None, help="Proposals tried at once (for slow parallel APIs)."),
-    proposer: str | None = typer.Option(None, help="edit (one rule per proposal) or rewrite (whole text)."),
-    cache: str | None = typer.Option(None, help="LM response cache: auto (temperature 0), always, off."),
+    *,
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML or TOML file with run options.",
+                                       rich_help_panel=RUN),
     task_option: list[str] | None = typer.Option(
         None, "--task-option", help="Task option KEY=VALUE (repeatable), e.g. judge_lm=openai:gpt-4.1-mini; for your "
-        "own make_task, its keyword arguments."),
+        "own make_task, its keyword arguments.", rich_help_panel=TASK),
     storage: str = StorageOpt,
     run: str | None = typer.Option(None, "--run", help="Run name; an existing run is resumed."),
-    stop_file: str | None = typer.Option(None, help="Stop gracefully when this file appears."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show rejected proposals."),
+    **options: Any,
 ) -> None:
-    """Optimise a task's prompts within a rollout budget; `--run NAME` resumes a stored run."""
-    given = {"task": task, "task_lm": task_lm, "reflection_lm": reflection_lm, "budget": budget, "seed": seed,
-             "max_concurrency": concurrency, "minibatch_size": minibatch_size, "use_merge": merge,
-             "time_limit": time_limit, "patience": patience, "target_score": target, "data_dir": data_dir,
-             "n_train": n_train, "n_val": n_val, "n_test": n_test, "proposals_per_round": proposals_per_round,
-             "proposer": proposer,
-             "cache": cache, "task_options": _task_options(task_option)}
+    """Optimise a task's prompts within a rollout budget; `--run NAME` resumes a stored run.
+
+    Every option of a run (docs/runs.md) is an option here, named like its field in a config file.
+    """
+    for flag, target in DEPRECATED.items():
+        value = options.pop(f"deprecated_{flag[2:]}", None)
+        if value is not None:
+            new = "--" + target.replace("_", "-")
+            err.print(f"[yellow]warning:[/yellow] {flag} is deprecated; use {new}", highlight=False)
+            if options.get(target) is None:
+                options[target] = value
+    given: dict[str, Any] = {}
+    for name, value in options.items():
+        if value is not None and _scalar(RunConfig.model_fields[name].annotation) is None:
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError as exc:
+                raise _fail(f"--{name.replace('_', '-')}: not a YAML value ({exc})", 2) from None
+        given[name] = value
+    given["task_options"] = _task_options(task_option)
     try:
         cfg = load_config(config, **given)
+        explicit = {k for k, v in given.items() if v is not None}
+        if config is not None:
+            explicit |= set(load_config(config).model_dump(exclude_unset=True))
     except ConfigError as exc:
         raise _fail(str(exc), 2) from None
-    explicit = {k for k, v in given.items() if v is not None}
-    if config is not None:
-        explicit |= set(load_config(config).model_dump(exclude_unset=True))
     started = time.monotonic()
     try:
         with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
-            name, result = start_or_resume(cfg, storage=storage, run=run, callbacks=progress, stop_file=stop_file,
-                                           explicit=explicit)
+            name, result = start_or_resume(cfg, storage=storage, run=run, callbacks=progress, explicit=explicit)
     except (ConfigError, StoreError) as exc:
         raise _fail(str(exc), 2) from None
     except (ValueError, TypeError, FileNotFoundError) as exc:
@@ -157,6 +210,18 @@ def optimize(
     except Exception as exc:
         raise _fail(f"the run failed: {type(exc).__name__}: {exc}", 1) from None
     _report_result(name, result, started)
+
+
+def _with_config_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """`fn` with a signature Typer reads: its own options, then one per RunConfig field (**options)."""
+    own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    signature = inspect.Signature([*own, *_config_parameters()])
+    fn.__signature__ = signature  # type: ignore[attr-defined]
+    fn.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    return fn
+
+
+app.command()(_with_config_options(optimize))
 
 
 @app.command()

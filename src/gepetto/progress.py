@@ -34,7 +34,7 @@ class ProgressDisplay:
         self.quiet, self.verbose = quiet, verbose
         self._progress: Progress | None = None
         self._task: Any = None
-        self._fields = {"phase": "starting", "best": "-", "front": 0}
+        self._fields: dict[str, Any] = {"phase": "starting", "best": "-", "front": 0}
 
     def __enter__(self) -> ProgressDisplay:
         if not self.quiet:

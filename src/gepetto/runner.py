@@ -14,13 +14,23 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from typing import Any
 
 from gepetto import events as ev
 from gepetto.api import as_examples, build_engine, candidate_and_program, drive_engine
-from gepetto.engine.loop import Engine, EngineConfig, Result
+from gepetto.config import (
+    DEFAULT_REFLECTION_LM,
+    DEFAULT_TASK_LM,
+    PYTHON,
+    RESUMABLE_CHANGES,
+    SESSION_ONLY,
+    CacheMode,
+    ConfigError,
+    EngineConfig,
+    RunConfig,
+    load_config,
+)
+from gepetto.engine.loop import Engine, Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM
 from gepetto.program import Metric, MetricError, Program, Task
@@ -29,139 +39,6 @@ from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts, dumps
 from gepetto.types import Candidate, Example
 
 DEFAULT_STORAGE = "gepetto.sqlite"
-# options that may change when a run is resumed (they do not alter the path the run has taken so far)
-RESUMABLE_CHANGES = {"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices",
-                     "max_lm_failures", "lm_retry_pause"}
-
-
-# prefix of a task or an LM that is a Python object given to gepetto.optimize() (not loadable from a name)
-PYTHON = "python:"
-
-
-class ConfigError(ValueError):
-    """A configuration a user wrote is wrong; the message names the field and what is accepted."""
-
-
-class RunConfig(BaseModel):
-    """Everything that defines a run. Validated; unknown fields are errors."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # a built-in task name, a task target (path/to/file.py:make_task, package.module:make_task), or
-    # python:MODULE:QUALNAME for a program given to gepetto.optimize() in Python
-    task: str = "demo"
-    task_lm: str = "local:qwen2.5-coder-0.5b"
-    reflection_lm: str = "local:qwen2.5-coder-1.5b"
-    budget: int = Field(200, ge=1, description="rollouts (one program run on one example)")
-    seed: int = 0
-    minibatch_size: int = Field(3, ge=1)
-    max_concurrency: int = Field(8, ge=1)
-    use_merge: bool = True
-    max_merges: int = Field(5, ge=0)
-    time_limit: float | None = Field(None, gt=0, description="seconds")
-    patience: int | None = Field(None, ge=1)
-    target_score: float | None = Field(None, ge=0, le=1)
-    data_dir: str | None = None
-    n_train: int | None = Field(None, ge=1)
-    n_val: int | None = Field(None, ge=1)
-    n_test: int | None = Field(None, ge=0)
-    task_options: dict[str, Any] = Field(default_factory=dict)
-    cache: Literal["auto", "always", "off"] = "auto"
-    proposals_per_round: int = Field(1, ge=1, description="proposals tried at once (for slow parallel APIs)")
-    proposer: Literal["edit", "rewrite"] = "rewrite"
-    max_lm_failures: int = Field(5, ge=1, description="LM outages in a row (or of one call) that stop the run")
-    lm_retry_pause: float = Field(5.0, ge=0, description="seconds before a call the LM gave no answer to is retried")
-    # price table: LM name -> [dollars per million input tokens, per million output tokens]
-    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
-    # the other EngineConfig options (accept, components, reflection_attempts, task_lm_params, ...)
-    engine: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("task")
-    @classmethod
-    def _known_task(cls, v: str) -> str:
-        from gepetto.tasks import TASKS
-        from gepetto.usertask import FORMS, is_target, normalize_target
-
-        if v in TASKS or v.startswith(PYTHON):
-            return v
-        if is_target(v):
-            return normalize_target(v)
-        raise ValueError(f"unknown task {v!r}; accepted: {', '.join(sorted(TASKS))}, or your own as {FORMS}")
-
-    @field_validator("task_lm", "reflection_lm")
-    @classmethod
-    def _lm_name(cls, v: str) -> str:
-        from gepetto.lm.names import parse_lm_name
-
-        if not v.startswith(PYTHON):  # an LM object given to gepetto.optimize() is checked with the task below
-            parse_lm_name(v)  # raises ValueError listing the accepted forms
-        return v
-
-    @field_validator("engine")
-    @classmethod
-    def _engine_options(cls, v: dict[str, Any]) -> dict[str, Any]:
-        unknown = set(v) - ENGINE_ONLY
-        if unknown:
-            raise ValueError(f"unknown engine option(s) {sorted(unknown)}; accepted: {', '.join(sorted(ENGINE_ONLY))}")
-        try:
-            return json.loads(json.dumps(v))  # as stored (tuples become lists), so a resume compares like with like
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"engine options must be plain data (JSON): {exc}") from None
-
-    @model_validator(mode="after")
-    def _objects_only_from_python(self) -> RunConfig:
-        for key in ("task_lm", "reflection_lm"):
-            if getattr(self, key).startswith(PYTHON) and not self.task.startswith(PYTHON):
-                raise ValueError(f"{key} {getattr(self, key)!r} stands for an LM object given to gepetto.optimize(); "
-                                 "here give an LM name")
-        return self
-
-
-# EngineConfig options that are RunConfig fields, and the rest (RunConfig.engine); a stop file is no option of
-# the run (it stops this session only)
-RUN_ENGINE_FIELDS = set(EngineConfig.__dataclass_fields__) & set(RunConfig.model_fields)
-ENGINE_ONLY = set(EngineConfig.__dataclass_fields__) - RUN_ENGINE_FIELDS - {"stop_file"}
-
-
-def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
-    """A RunConfig from a YAML or TOML file (optional) plus overrides; errors become one ConfigError."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist")
-        text = p.read_text()
-        try:
-            if p.suffix in (".toml", ".tml"):
-                try:
-                    import tomllib
-                except ModuleNotFoundError:  # Python 3.10
-                    import tomli as tomllib  # type: ignore[no-redef]
-                data = tomllib.loads(text)
-            else:
-                import yaml
-
-                data = yaml.safe_load(text) or {}
-        except Exception as exc:
-            raise ConfigError(f"config file {p} cannot be parsed: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {p} must hold a mapping of options, got {type(data).__name__}")
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return RunConfig(**data)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc)) from None
-
-
-def format_validation_error(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        field = ".".join(str(x) for x in err["loc"]) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown option; accepted: {', '.join(RunConfig.model_fields)}"
-        lines.append(f"{field}: {msg} (got {err.get('input')!r})")
-    return "invalid configuration:\n  " + "\n  ".join(lines)
 
 
 def _option_values(cfg: RunConfig) -> dict[str, Any]:
@@ -203,7 +80,7 @@ def load_run_task(cfg: RunConfig, ledger: Ledger) -> Task:
         raise ConfigError(str(exc)) from None
 
 
-def _cached(lm: Any, storage: Path, mode: str) -> Any:
+def _cached(lm: Any, storage: Path, mode: CacheMode) -> Any:
     if mode == "off":
         return lm
     from gepetto.lm.cache import CachedLM
@@ -218,12 +95,13 @@ def _as_stored(obj: Any) -> Any:
 
 def _resumed_config(name: str, stored: RunConfig, cfg: RunConfig, explicit: set[str], hint: str) -> RunConfig:
     """The stored configuration, with the options in `explicit` that may change on resume taken from `cfg`."""
-    asked = cfg.model_dump(include=explicit)
+    asked = cfg.model_dump(include=explicit - SESSION_ONLY)
     clash = sorted(k for k, v in asked.items() if getattr(stored, k) != v and k not in RESUMABLE_CHANGES)
     if clash:
         shown = "; ".join(f"{k}: stored {getattr(stored, k)!r}, now {asked[k]!r}" for k in clash)
         raise ConfigError(redact(f"run {name!r} exists with other settings for {clash} ({shown}); {hint}"))
-    return stored.model_copy(update={k: v for k, v in asked.items() if k in RESUMABLE_CHANGES})
+    session = {k: getattr(cfg, k) for k in SESSION_ONLY}  # a stop file is this session's, never stored
+    return stored.model_copy(update={**{k: v for k, v in asked.items() if k in RESUMABLE_CHANGES}, **session})
 
 
 def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
@@ -331,8 +209,10 @@ def open_run(
     On resume the stored configuration wins; options in `explicit` may change only if they are in
     RESUMABLE_CHANGES, and the task must give the same seed candidate and examples, otherwise a ConfigError
     says what differs (ending with `hint`). `task_lm`/`reflection_lm`: LM objects to use instead of building
-    them from the config's names.
+    them from the config's names. `stop_file`: overrides the config's (it is this session's, never stored).
     """
+    if stop_file is not None:
+        cfg = cfg.model_copy(update={"stop_file": stop_file})
     from gepetto.lm.names import make_lm
 
     storage = Path(storage)
@@ -372,15 +252,14 @@ def open_run(
     engine = build_engine(
         task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
         task_lm=task_lm, reflection_lm=reflection_lm, callbacks=[record, *ev.as_callbacks(callbacks)],
-        rollout_store=rollouts, ledger=ledger,
-        stop_file=stop_file, **cfg.engine, **{k: getattr(cfg, k) for k in RUN_ENGINE_FIELDS})
+        rollout_store=rollouts, ledger=ledger, config=cfg.engine_config())
     if info is None:
-        store.create_run(name, cfg.model_dump(), cfg.seed)
+        store.create_run(name, cfg.stored(), cfg.seed)
         store.put_examples(name, "train", task.trainset)
         store.put_examples(name, "val", task.valset)
     else:
-        if cfg != stored:
-            store.update_config(name, cfg.model_dump())
+        if cfg.stored() != info.config:
+            store.update_config(name, cfg.stored())
         store.mark_running(name)
     first = {} if resumed else {"seed_candidate": task.seed_candidate.to_dict()}  # what a resume must start from
     store.add_event(name, "start", {"session": session, "resumed": resumed,
@@ -423,14 +302,13 @@ def open_program_run(
     *,
     storage: str | Path,
     run: str | None = None,
-    cache: Literal["auto", "always", "off"] | None = None,
+    cache: CacheMode | None = None,
     valset: Sequence[Example | Mapping[str, Any]] | None = None,
     program: Program | None = None,
-    task_lm: LM | str = "local:qwen2.5-coder-0.5b",
-    reflection_lm: LM | str = "local:qwen2.5-coder-1.5b",
+    task_lm: LM | str = DEFAULT_TASK_LM,
+    reflection_lm: LM | str = DEFAULT_REFLECTION_LM,
     callbacks: ev.Callbacks = None,
-    stop_file: str | None = None,
-    **options: Any,
+    config: EngineConfig | None = None,
 ) -> StoredRun:
     """`gepetto.optimize(..., storage=...)`: a user's program as a stored run (the arguments are optimize's).
 
@@ -438,22 +316,16 @@ def open_program_run(
     LM objects as `python:NAME`. `cache` defaults to "auto" for LMs given by name and "off" for LM objects (the
     response cache keys on an LM's name, which an object need not make unique).
     """
-    for internal in ("rollout_store", "ledger"):
-        if internal in options:
-            raise TypeError(f"{internal}= cannot be combined with storage=: the run store provides it")
     identity = _qualified_name(program if program is not None else metric)
     seed, program = candidate_and_program(seed_candidate, program)
     train = as_examples(trainset)
     val = as_examples(valset) if valset is not None else train
-    engine = {k: options.pop(k) for k in list(options) if k in ENGINE_ONLY}
-    unknown = set(options) - RUN_ENGINE_FIELDS
-    if unknown:
-        raise TypeError(f"unknown option(s) {sorted(unknown)}; options: {sorted(EngineConfig.__dataclass_fields__)}")
     objects = not (isinstance(task_lm, str) and isinstance(reflection_lm, str))
+    engine = (config or EngineConfig()).model_dump()
     cfg = load_config(task=PYTHON + identity, task_lm=_lm_label(task_lm), reflection_lm=_lm_label(reflection_lm),
-                      cache=cache or ("off" if objects else "auto"), engine=engine, **options)
+                      cache=cache or ("off" if objects else "auto"), **engine)
     task = Task(cfg.task, program, metric, seed, train, val)
     return open_run(cfg, lambda _cfg, _ledger: task, storage=storage, run=run, explicit=set(RunConfig.model_fields),
-                    hint=PYTHON_HINT, callbacks=callbacks, stop_file=stop_file,
+                    hint=PYTHON_HINT, callbacks=callbacks,
                     task_lm=None if isinstance(task_lm, str) else task_lm,
                     reflection_lm=None if isinstance(reflection_lm, str) else reflection_lm)

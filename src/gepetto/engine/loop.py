@@ -13,9 +13,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gepetto import events as ev
+from gepetto.config import EngineConfig
 from gepetto.engine import edits
 from gepetto.engine.merge import find_merge
 from gepetto.engine.pareto import best_index
@@ -36,47 +37,6 @@ class RolloutStore(Protocol):
     def get(self, candidate_id: str, example_id: str) -> Rollout | None: ...
 
     def put(self, candidate: Candidate, example_id: str, rollout: Rollout) -> None: ...
-
-
-@dataclass
-class EngineConfig:
-    """Knobs of the loop. Defaults follow the paper where it says, and what works with small LMs otherwise."""
-
-    budget: int = 200
-    minibatch_size: int = 3
-    seed: int = 0
-    max_concurrency: int = 8
-    accept: Literal["strict", "non_decreasing"] = "strict"
-    use_merge: bool = True
-    max_merges: int = 5
-    perfect_score: float = 1.0
-    components: Sequence[str] | None = None  # which components to evolve; None = all
-    # component -> what kind of text it is ("a Python regular expression that ..."). A described component is an
-    # artifact, not an instruction: reflection is told the description and keeps that kind of text, vetting
-    # takes it verbatim, and the edit proposer rewrites it whole instead of appending a rule line
-    component_descriptions: dict[str, str] | None = None
-    reflection_attempts: int = 3
-    reflection_temperatures: Sequence[float] = (0.0, 0.7, 1.0)
-    reflection_max_tokens: int = 700
-    reflection_chars: int = 6000
-    task_lm_params: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.0})
-    time_limit: float | None = None  # seconds
-    patience: int | None = None  # stop after this many iterations without a better best
-    target_score: float | None = None
-    stop_file: str | None = None
-    max_idle_iterations: int = 10  # stop when this many iterations in a row spend no rollout
-    proposals_per_round: int = 1  # >1 tries several proposals at once (faster against parallel LM APIs)
-    # "edit": one rule per proposal for one frequent mistake, gated on failures and solved cases (engine/edits.py);
-    # "rewrite": the paper's full rewrite of the component from a minibatch (engine/reflect.py)
-    proposer: Literal["edit", "rewrite"] = "rewrite"
-    evidence_size: int = 8  # edit: paid training rollouts a parent needs before its mistakes are grouped
-    gate_solved: int = 3  # edit: solved examples added to the child's test, so rules that break them fail
-    rule_max_tokens: int = 90
-    # an LM call that fails for infrastructure reasons (LMUnavailable, after the backend's own retries) is no
-    # result: it is made again after `lm_retry_pause` seconds; this many failures in a row stop the run (an
-    # LMSetupError such as HTTP 401 stops it at once), keeping everything paid so far
-    max_lm_failures: int = 5
-    lm_retry_pause: float = 5.0
 
 
 @dataclass

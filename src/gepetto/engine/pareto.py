@@ -104,8 +104,8 @@ class ParetoArchive:
                 return idx  # dominated: the front does not change
             beaten = lower & ~higher
             if beaten.any():
-                keep = ~beaten
-                self._front = [i for i, k in zip(self._front, keep, strict=True) if k]
+                keep = np.flatnonzero(~beaten)  # positions (in the front) of the members that stay
+                self._front = [self._front[j] for j in keep]
                 self._fbuf[: len(self._front)] = fs[keep]
         self._fbuf = self._grow(self._fbuf, len(self._front))
         self._fbuf[len(self._front)] = vec

@@ -7,7 +7,7 @@ import dataclasses
 import inspect
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -194,35 +194,10 @@ class RedactingLM:
         return out if text == out.text else dataclasses.replace(out, text=text)
 
 
-Responder = Callable[[Sequence[Message], dict[str, Any]], "str | Completion"]
+def __getattr__(name: str) -> Any:
+    # ScriptedLM lives in gepetto.testing now; this keeps `from gepetto.lm.base import ScriptedLM` working
+    if name == "ScriptedLM":
+        from gepetto.testing.scripted import ScriptedLM
 
-
-class ScriptedLM:
-    """A deterministic LM for tests: answers from a function of (messages, params) or a fixed list.
-
-    A list is consumed in order (and an exhausted list raises); a function may return a str or a Completion.
-    Every call is kept in `calls` so tests can check what the LM was shown.
-    """
-
-    def __init__(self, responder: Responder | Iterable[str | Completion], name: str = "scripted") -> None:
-        self.name = name
-        self.calls: list[tuple[list[Message], dict[str, Any]]] = []
-        if callable(responder):
-            self._fn: Responder | None = responder
-            self._queue: list[str | Completion] = []
-        else:
-            self._fn, self._queue = None, list(responder)
-
-    async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
-        self.calls.append(([dict(m) for m in messages], dict(params)))
-        if self._fn is not None:
-            out = self._fn(messages, params)
-            if inspect.isawaitable(out):
-                out = await out
-        elif self._queue:
-            out = self._queue.pop(0)
-        else:
-            raise LMError(f"{self.name}: scripted responses exhausted after {len(self.calls) - 1} calls")
-        if isinstance(out, Completion):
-            return out
-        return Completion(str(out), estimated_usage(messages, str(out)))
+        return ScriptedLM
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,11 +6,14 @@ from the provider's usual environment variables (ANTHROPIC_API_KEY, ...), read b
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gepetto.lm.base import Completion, LMSetupError, Message
 from gepetto.lm.openai import _completion, response_format_for_openai, translate_error
 from gepetto.lm.remote import RemoteLM
+
+if TYPE_CHECKING:
+    from gepetto.lm.names import LMName
 
 
 class LiteLLMLM(RemoteLM):
@@ -44,3 +47,8 @@ class LiteLLMLM(RemoteLM):
         except openai.OpenAIError as exc:
             raise translate_error(exc, self.name) from None
         return _completion(resp, messages)
+
+
+def from_name(name: LMName) -> LiteLLMLM:
+    """The LM a name `litellm:...` stands for (the `litellm` row of gepetto.lm.names.BACKENDS)."""
+    return LiteLLMLM(name.model, **name.options)

@@ -17,9 +17,12 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gepetto.lm.base import Completion, LMError, LMSetupError, Message, PerLoop, Usage, json_schema_of
+
+if TYPE_CHECKING:
+    from gepetto.lm.names import LMName
 
 
 @dataclass(frozen=True)
@@ -231,3 +234,8 @@ class LocalLM:
                 raise
             except ValueError as exc:  # e.g. prompt longer than the context window
                 raise LMError(f"{self.name}: {exc}") from exc
+
+
+def from_name(name: LMName) -> LocalLM:
+    """The LM a name `local:...` stands for (the `local` row of gepetto.lm.names.BACKENDS)."""
+    return LocalLM(name.model, **name.options)

@@ -1,4 +1,4 @@
-"""One way to name an LM, used by the Python API, config files and the CLI.
+"""One way to name an LM, used by the Python API, config files and the CLI: `KIND:MODEL[@BASE_URL][?OPTIONS]`.
 
     local:qwen2.5-coder-0.5b                      the embedded llama.cpp backend (models from PyPI parts)
     openai:gpt-4.1-mini                           OpenAI (or $OPENAI_BASE_URL), key from $OPENAI_API_KEY
@@ -6,36 +6,25 @@
                                                   no key is sent to it ("EMPTY"), $OPENAI_API_KEY least of all
     openai:MODEL@https://host/v1?api_key_env=VAR  a server that needs a key: sends $VAR, to this URL only
     litellm:anthropic/claude-sonnet-4             any provider LiteLLM knows (extra `gepetto[litellm]`)
-    sim:task, sim:reflection                      simulated LMs with a known optimum (tests, benchmarks)
+    sim:task, sim:reflection                      simulated LMs with a known optimum (gepetto.testing.sim)
 
 Options follow a `?` as `key=value` pairs joined by `&`, e.g.
 `openai:gpt-4.1-mini?max_concurrency=32&rpm=500&timeout=30`. For a llama-cpp-python server add
 `structured=json_object` (its form of JSON-schema output).
+
+Each KIND is a row of the backend table `BACKENDS`; `register_backend` adds one (e.g. a client of your own
+service), after which its names work everywhere an LM name does.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
 from gepetto.lm.base import LM
-
-ACCEPTED_FORMS = (
-    "local:MODEL (MODEL one of {local}), "
-    "openai:MODEL, openai:MODEL@BASE_URL (e.g. openai:qwen@http://127.0.0.1:8000/v1), "
-    "litellm:PROVIDER/MODEL, sim:task or sim:reflection; options may follow after '?', "
-    "e.g. openai:gpt-4.1-mini?max_concurrency=16&rpm=500"
-)
-
-# options each kind accepts, with the type they are converted to
-_OPTIONS: dict[str, dict[str, type]] = {
-    "local": {"n_ctx": int, "n_threads": int},
-    "openai": {"max_concurrency": int, "rpm": float, "tpm": float, "timeout": float, "max_retries": int,
-               "api_key_env": str, "structured": str},
-    "litellm": {"max_concurrency": int, "rpm": float, "tpm": float, "timeout": float, "max_retries": int},
-    "sim": {"latency": float, "noise": float, "seed": int, "max_rules": int, "forget": bool},
-}
 
 
 @dataclass(frozen=True)
@@ -44,18 +33,79 @@ class LMName:
     model: str
     base_url: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    text: str = ""  # the name as written
+
+
+Builder = Callable[[LMName], LM]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How names `KIND:MODEL...` become LMs: the builder and what a valid name of this kind looks like."""
+
+    build: Builder | str  # a function of the parsed name, or "module:function" (imported on first use)
+    form: str  # how its names look, for error messages: "openai:MODEL, openai:MODEL@BASE_URL"
+    options: Mapping[str, type] = field(default_factory=dict)  # `?key=value` options, with their types
+    models: Sequence[str] | Callable[[], Sequence[str]] | None = None  # the only models it has (None: any)
+    base_url: bool = False  # whether MODEL@BASE_URL is allowed
+    check: Callable[[LMName], str | None] | None = None  # what is wrong with a parsed name (None: nothing)
+
+    def known_models(self) -> Sequence[str] | None:
+        return self.models() if callable(self.models) else self.models
+
+    def builder(self) -> Builder:
+        if callable(self.build):
+            return self.build
+        module, _, attr = self.build.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(kind: str, backend: Backend, *, replace: bool = False) -> None:
+    """Make names `KIND:...` build LMs with `backend` (a kind that exists needs `replace=True`)."""
+    kind = kind.strip().lower()
+    if not kind or not kind.isidentifier():
+        raise ValueError(f"backend kind {kind!r}: use a short word such as 'myservice'")
+    if kind in BACKENDS and not replace:
+        raise ValueError(f"backend {kind!r} exists; pass replace=True to replace it")
+    BACKENDS[kind] = backend
+
+
+def _local_models() -> Sequence[str]:
+    from gepetto.lm.local import MODELS
+
+    return list(MODELS)
+
+
+def _litellm_check(name: LMName) -> str | None:
+    return None if "/" in name.model else "LiteLLM models are named PROVIDER/MODEL, e.g. litellm:anthropic/..."
+
+
+_REMOTE = {"max_concurrency": int, "rpm": float, "tpm": float, "timeout": float, "max_retries": int}
+register_backend("local", Backend("gepetto.lm.local:from_name", "local:MODEL", {"n_ctx": int, "n_threads": int},
+                                  models=_local_models))
+register_backend("openai", Backend("gepetto.lm.openai:from_name", "openai:MODEL, openai:MODEL@BASE_URL (e.g. "
+                                   "openai:qwen@http://127.0.0.1:8000/v1)",
+                                   {**_REMOTE, "api_key_env": str, "structured": str}, base_url=True))
+register_backend("litellm", Backend("gepetto.lm.litellm:from_name", "litellm:PROVIDER/MODEL", _REMOTE,
+                                    check=_litellm_check))
 
 
 def _accepted() -> str:
-    from gepetto.lm.local import MODELS
+    forms = []
+    for backend in BACKENDS.values():
+        models = backend.known_models()
+        forms.append(f"{backend.form} (MODEL one of {', '.join(models)})" if models and "MODEL" in backend.form
+                     else backend.form)
+    return (", ".join(forms) + "; options may follow after '?', e.g. openai:gpt-4.1-mini?max_concurrency=16&rpm=500")
 
-    return ACCEPTED_FORMS.format(local=", ".join(MODELS))
 
-
-def _convert(kind: str, key: str, value: str, name: str) -> Any:
-    allowed = _OPTIONS[kind]
+def _convert(backend: Backend, key: str, value: str, name: str) -> Any:
+    allowed = backend.options
     if key not in allowed:
-        raise ValueError(f"LM name {name!r}: unknown option {key!r} for {kind}; accepted: {', '.join(allowed)}")
+        raise ValueError(f"LM name {name!r}: unknown option {key!r}; accepted: {', '.join(allowed) or 'none'}")
     typ = allowed[key]
     try:
         if typ is bool:
@@ -73,50 +123,33 @@ def parse_lm_name(name: str) -> LMName:
         raise ValueError(f"LM name {name!r} is not understood; accepted forms: {_accepted()}")
     kind, rest = name.split(":", 1)
     kind = kind.strip().lower()
-    if kind not in _OPTIONS:
+    backend = BACKENDS.get(kind)
+    if backend is None:
         raise ValueError(f"LM name {name!r}: unknown backend {kind!r}; accepted forms: {_accepted()}")
     rest, _, query = rest.partition("?")
-    options = {k: _convert(kind, k, v, name) for k, v in parse_qsl(query, keep_blank_values=True, strict_parsing=False)}
+    options = {k: _convert(backend, k, v, name)
+               for k, v in parse_qsl(query, keep_blank_values=True, strict_parsing=False)}
     if query and not options:
         raise ValueError(f"LM name {name!r}: options must look like ?key=value&key=value")
     base_url = None
-    if kind == "openai" and "@" in rest:
+    if backend.base_url and "@" in rest:
         rest, base_url = rest.split("@", 1)
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"LM name {name!r}: the base URL after '@' must start with http:// or https://")
     model = rest.strip()
     if not model:
         raise ValueError(f"LM name {name!r} has no model; accepted forms: {_accepted()}")
-    if kind == "local":
-        from gepetto.lm.local import MODELS
-
-        if model not in MODELS:
-            raise ValueError(f"LM name {name!r}: unknown local model {model!r}; known: {', '.join(MODELS)}")
-    if kind == "sim" and model not in ("task", "reflection"):
-        raise ValueError(f"LM name {name!r}: simulated LMs are sim:task and sim:reflection")
-    if kind == "litellm" and "/" not in model:
-        raise ValueError(f"LM name {name!r}: LiteLLM models are named PROVIDER/MODEL, e.g. litellm:anthropic/...")
-    return LMName(kind, model, base_url, options)
+    models = backend.known_models()
+    if models is not None and model not in models:
+        raise ValueError(f"LM name {name!r}: unknown {kind} model {model!r}; known: {', '.join(models)}")
+    spec = LMName(kind, model, base_url, options, name)
+    problem = backend.check(spec) if backend.check is not None else None
+    if problem:
+        raise ValueError(f"LM name {name!r}: {problem}")
+    return spec
 
 
 def make_lm(name: str) -> LM:
     """Build the LM a name stands for (nothing is loaded or connected until its first call)."""
     spec = parse_lm_name(name)
-    opts = dict(spec.options)
-    if spec.kind == "local":
-        from gepetto.lm.local import LocalLM
-
-        return LocalLM(spec.model, **opts)
-    if spec.kind == "openai":
-        from gepetto.lm.openai import OpenAILM
-
-        return OpenAILM(spec.model, base_url=spec.base_url, **opts)
-    if spec.kind == "litellm":
-        from gepetto.lm.litellm import LiteLLMLM
-
-        return LiteLLMLM(spec.model, **opts)
-    from gepetto.sim import SimReflectionLM, SimTaskLM
-
-    if spec.model == "task":
-        return SimTaskLM(latency=opts.get("latency", 0.0), name=name)
-    return SimReflectionLM(name=name, **opts)
+    return BACKENDS[spec.kind].builder()(spec)

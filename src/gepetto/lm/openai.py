@@ -14,7 +14,7 @@ import json
 import os
 import warnings
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from gepetto.lm.base import (
@@ -30,6 +30,9 @@ from gepetto.lm.base import (
 )
 from gepetto.lm.remote import RemoteLM, Transient, parse_retry_after
 from gepetto.secrets import redact, register_secret_env
+
+if TYPE_CHECKING:
+    from gepetto.lm.names import LMName
 
 # parameters the chat completions API takes; others (top_k, repeat_penalty) go to self-hosted servers only
 _OPENAI_PARAMS = {"temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
@@ -223,3 +226,8 @@ def _completion(resp: Any, messages: list[Message]) -> Completion:
     else:
         u = estimated_usage(messages, text)
     return Completion(text, u, choice.finish_reason or "stop")
+
+
+def from_name(name: LMName) -> OpenAILM:
+    """The LM a name `openai:...` stands for (the `openai` row of gepetto.lm.names.BACKENDS)."""
+    return OpenAILM(name.model, base_url=name.base_url, **name.options)

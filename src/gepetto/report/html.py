@@ -120,8 +120,8 @@ def word_diff(old: str, new: str) -> list[list[Any]]:
         if len(ma) * len(mb) > _MAX_WORK:
             ma, mb = ["".join(ma)], ["".join(mb)]
     blocks: list[tuple[str, str, str]] = [("equal", "".join(a[:head]), "")] if head else []  # (tag, old, new)
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ma, mb, autojunk=False).get_opcodes():
-        blocks.append((tag, "".join(ma[i1:i2]), "".join(mb[j1:j2])))
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ma, mb, autojunk=False).get_opcodes():
+        blocks.append((op, "".join(ma[i1:i2]), "".join(mb[j1:j2])))
     if tail:
         blocks.append(("equal", "".join(a[len(a) - tail:]), ""))
     blocks = [blk for blk in blocks if blk[1] or blk[2]]
@@ -395,10 +395,10 @@ def _ticks(hi: float, n: int = 5) -> list[float]:
 
 def _chart_svg(view: _View) -> str:
     res = view.result
-    hist = [(_num(p[0]), _num(p[1])) for p in (res.get("history") or []) if isinstance(p, Sequence) and len(p) >= 2]
-    hist = sorted((x, y) for x, y in hist if x is not None and y is not None)
-    points = [(_num(c.get("rollouts_at_creation")), c["mean"], c) for c in view.cands]
-    points = [(x, y, c) for x, y, c in points if x is not None and y is not None]
+    pairs = [(_num(p[0]), _num(p[1])) for p in (res.get("history") or []) if isinstance(p, Sequence) and len(p) >= 2]
+    hist = sorted((x, y) for x, y in pairs if x is not None and y is not None)
+    placed = [(_num(c.get("rollouts_at_creation")), c["mean"], c) for c in view.cands]
+    points = [(x, y, c) for x, y, c in placed if x is not None and y is not None]
     if not hist and not points:
         return '<div class="empty">no scores yet</div>'
     used, budget = _num(res.get("rollouts_used")) or 0.0, _num(res.get("budget"))

@@ -24,7 +24,7 @@ TASKS: dict[str, str] = {
     "clinc-work-oos": "gepetto.tasks.intents",
     "snips-restaurant": "gepetto.tasks.slots",
     "snips-weather": "gepetto.tasks.slots",
-    "sim": "gepetto.sim",  # simulated, known optimum: for tests, benchmarks and trying the CLI without models
+    "sim": "gepetto.testing.sim",  # simulated, known optimum: for tests, benchmarks and trying the CLI without models
 }
 
 

@@ -506,11 +506,11 @@ def read_examples(data_dir: Any = None) -> list[Example]:
                 counts[cid] += 1
             for cid in dict.fromkeys(ids):
                 known = by_prompt.get(prompt, {}).get(cid)
-                field = {"keywords:existence": "keywords", "keywords:forbidden_words": "forbidden_words"}.get(cid)
+                name = {"keywords:existence": "keywords", "keywords:forbidden_words": "forbidden_words"}.get(cid)
                 if known is not None:
                     found = [known]
-                elif field and keywords.get(r["key"], {}).get(cid):
-                    found = [{field: list(keywords[r["key"]][cid])}]
+                elif name and keywords.get(r["key"], {}).get(cid):
+                    found = [{name: list(keywords[r["key"]][cid])}]
                 else:
                     found = infer_kwargs(cid, prompt, counts[cid])
                 if not found:

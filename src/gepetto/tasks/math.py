@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from gepetto.program import Task, TraceEntry, single_instruction
-from gepetto.tasks.hotpotqa import resolve_file
+from gepetto.tasks.common import resolve_file
 from gepetto.types import Candidate, Example, Score
 
 SEED_INSTRUCTION = "Solve the math problem. Reason step by step, then end with a final line of the form " \

@@ -53,7 +53,7 @@ from typing import Any
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, LMError, MeteredLM
 from gepetto.program import Context, Task, TraceEntry, check_answer
-from gepetto.tasks.hotpotqa import is_echo, resolve_file, split, token_f1
+from gepetto.tasks.common import is_echo, resolve_file, split, token_f1
 from gepetto.types import Candidate, Example, Score
 
 NAME = "PUPA (privacy-conscious delegation)"

@@ -27,7 +27,7 @@ def echo(messages: list[dict[str, str]], body: dict[str, Any]) -> str:
 
 
 def sim_responder(task: str = "sim:task", reflection: str = "sim:reflection") -> Responder:
-    """The simulated LMs of `gepetto.sim` behind HTTP: a model name containing "reflection" gets `reflection`."""
+    """The simulated LMs (gepetto.testing.sim) behind HTTP: a model name containing "reflection" gets `reflection`."""
     from gepetto.lm.names import make_lm
 
     lms = {"task": make_lm(task), "reflection": make_lm(reflection)}
@@ -56,7 +56,7 @@ class FakeOpenAIServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}/v1"
 
     def start(self) -> FakeOpenAIServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-openai", daemon=True)

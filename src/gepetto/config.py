@@ -1,0 +1,273 @@
+"""One typed configuration: `EngineConfig` (the loop's options) and `RunConfig` (a stored run: the engine's options
+plus the task, the LMs and the store's). The Python API's keyword arguments, the config files and the CLI options
+(`--max-concurrency` for `max_concurrency`, ...) all derive from these two models, with the same names.
+
+Each field says what it is (`description`) and where the CLI shows it (`group`); an invalid value or an unknown
+name raises one `ConfigError` that names the field and what it accepts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Accept = Literal["strict", "non_decreasing"]
+Proposer = Literal["edit", "rewrite"]
+CacheMode = Literal["auto", "always", "off"]
+DEFAULT_TASK_LM = "local:qwen2.5-coder-0.5b"  # the embedded default (docs/lm.md)
+DEFAULT_REFLECTION_LM = "local:qwen2.5-coder-1.5b"
+
+# the groups the CLI shows options in (`gepetto optimize --help`)
+RUN, STOP, SEARCH, REFLECTION, EDIT, MERGE, TASK = (
+    "Run", "Budget and stopping", "Search", "Reflection", "Edit proposer", "Merge", "Task and data")
+
+# options that may change when a stored run is resumed (they do not alter the path the run has taken so far)
+RESUMABLE_CHANGES = frozenset({"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices",
+                               "max_lm_failures", "lm_retry_pause"})
+# options of one session, never stored with a run (a stop file stops this session only)
+SESSION_ONLY = frozenset({"stop_file"})
+# prefix of a task or an LM that is a Python object given to gepetto.optimize() (not loadable from a name)
+PYTHON = "python:"
+
+
+class ConfigError(ValueError):
+    """A configuration a user wrote is wrong; the message names the field and what is accepted."""
+
+
+class UnknownOptionError(ConfigError, TypeError):
+    """A keyword argument no function of the API takes (a TypeError too, as Python's own would be)."""
+
+
+def _field(default: Any, description: str, group: str, **constraints: Any) -> Any:
+    if isinstance(default, (dict, list)):  # a fresh copy for each config
+        return Field(default_factory=lambda: copy.deepcopy(default), description=description,
+                     json_schema_extra={"group": group}, **constraints)
+    return Field(default, description=description, json_schema_extra={"group": group}, **constraints)
+
+
+class _Options(BaseModel):
+    """Validated on construction; an error is one ConfigError naming each bad field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, type(self))) from None
+
+
+class EngineConfig(_Options):
+    """Options of the loop. Defaults follow the paper where it says, and what works with small LMs otherwise."""
+
+    budget: int = _field(200, "Rollout budget (one program run on one example).", RUN, ge=1)
+    seed: int = _field(0, "Random seed (sampling; built-in tasks: their splits too).", RUN)
+    max_concurrency: int = _field(8, "Rollouts run at once.", RUN, ge=1)
+    task_lm_params: dict[str, Any] = _field(
+        {"temperature": 0.0}, "Parameters of every task LM call (YAML mapping), e.g. '{temperature: 0.2}'.", RUN)
+    # stop conditions
+    time_limit: float | None = _field(None, "Stop after this many seconds.", STOP, gt=0)
+    patience: int | None = _field(None, "Stop after this many iterations without a better best.", STOP, ge=1)
+    target_score: float | None = _field(None, "Stop when the best validation score reaches this.", STOP, ge=0, le=1)
+    perfect_score: float = _field(1.0, "A validation score this high counts as perfect (the run stops).", STOP)
+    stop_file: str | None = _field(None, "Stop gracefully when this file appears (this session only).", STOP)
+    max_idle_iterations: int = _field(10, "Stop when this many iterations in a row spend no rollout.", STOP, ge=1)
+    # an LM call that fails for infrastructure reasons (LMUnavailable, after the backend's own retries) is no
+    # result: it is made again after `lm_retry_pause` seconds; this many failures in a row stop the run (an
+    # LMSetupError such as HTTP 401 stops it at once), keeping everything paid so far
+    max_lm_failures: int = _field(5, "LM outages in a row (or of one call) that stop the run (resumable).", STOP,
+                                  ge=1)
+    lm_retry_pause: float = _field(5.0, "Seconds before a call the LM gave no answer to is made again.", STOP, ge=0)
+    # the search
+    minibatch_size: int = _field(3, "Training examples per reflection minibatch.", SEARCH, ge=1)
+    accept: Accept = _field("strict", "A child passes its minibatch test when it scores higher (strict) or "
+                            "at least as high (non_decreasing) as its parent.", SEARCH)
+    proposals_per_round: int = _field(1, "Proposals tried at once (faster against slow parallel LM APIs).",
+                                      SEARCH, ge=1)
+    components: tuple[str, ...] | None = _field(
+        None, "Components to evolve (YAML list); default: all of the seed's.", SEARCH)
+    # component -> what kind of text it is ("a Python regular expression that ..."). A described component is an
+    # artifact, not an instruction: reflection is told the description and keeps that kind of text, vetting
+    # takes it verbatim, and the edit proposer rewrites it whole instead of appending a rule line
+    component_descriptions: dict[str, str] | None = _field(
+        None, "What kind of text a component is (YAML mapping component: description); a described component "
+        "is an artifact, rewritten whole and kept verbatim.", SEARCH)
+    # proposing: "rewrite" is the paper's full rewrite of the component from a minibatch (engine/reflect.py);
+    # "edit" proposes one rule for one frequent mistake, gated on failures and solved cases (engine/edits.py)
+    proposer: Proposer = _field("rewrite", "How children are proposed: rewrite (a whole new text) or edit (one "
+                                "rule per proposal).", REFLECTION)
+    reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried).",
+                                      REFLECTION, ge=1)
+    reflection_temperatures: tuple[float, ...] = _field(
+        (0.0, 0.7, 1.0), "Temperature of each reflection attempt (YAML list; the last one repeats).", REFLECTION)
+    reflection_max_tokens: int = _field(700, "Longest reflection answer (tokens).", REFLECTION, ge=1)
+    reflection_chars: int = _field(6000, "Longest reflection prompt (characters; long traces are cut).",
+                                   REFLECTION, ge=1)
+    evidence_size: int = _field(8, "Paid training rollouts a parent needs before its mistakes are grouped.",
+                                EDIT, ge=0)
+    gate_solved: int = _field(3, "Solved examples added to a child's test, so rules that break them fail.",
+                              EDIT, ge=0)
+    rule_max_tokens: int = _field(90, "Longest rule answer (tokens).", EDIT, ge=1)
+    use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)
+    max_merges: int = _field(5, "Merges at most.", MERGE, ge=0)
+
+
+ENGINE_FIELDS = frozenset(EngineConfig.model_fields)
+
+# the options a run config of earlier versions kept at its top level; the others of EngineConfig were under
+# `engine:` (still read, from stored runs and config files)
+_OLD_TOP_LEVEL = frozenset({"budget", "seed", "minibatch_size", "max_concurrency", "use_merge", "max_merges",
+                            "time_limit", "patience", "target_score", "proposals_per_round", "proposer",
+                            "max_lm_failures", "lm_retry_pause", "stop_file"})
+
+
+class RunConfig(EngineConfig):
+    """Everything that defines a stored run: the engine's options, the task, the LMs and the store's options.
+
+    A config file (YAML or TOML) holds these fields by name, flat; `engine: {...}` (the form of earlier versions,
+    and of the runs they stored) is read too.
+    """
+
+    # a built-in task name, a task target (path/to/file.py:make_task, package.module:make_task), or
+    # python:MODULE:QUALNAME for a program given to gepetto.optimize() in Python
+    task: str = _field("demo", "Built-in task (demo, clinc-banking, ...: docs/tasks.md), or your own program: "
+                       "path/to/file.py:make_task or package.module:make_task.", TASK)
+    task_lm: str = _field(DEFAULT_TASK_LM, "Task LM, e.g. local:qwen2.5-coder-0.5b, openai:MODEL@URL.", RUN)
+    reflection_lm: str = _field(DEFAULT_REFLECTION_LM, "Reflection LM name.", RUN)
+    cache: CacheMode = _field("auto", "LM response cache: auto (temperature 0), always, off.", RUN)
+    # price table: LM name -> [dollars per million input tokens, per million output tokens]
+    prices: dict[str, tuple[float, float]] = _field(
+        {}, "Prices per million tokens (YAML mapping LM name: [input, output]), for the cost ledger.", RUN)
+    data_dir: str | None = _field(None, "Benchmark data directory (default ../shared/data).", TASK)
+    n_train: int | None = _field(None, "Training examples (built-in tasks).", TASK, ge=1)
+    n_val: int | None = _field(None, "Validation examples (built-in tasks).", TASK, ge=1)
+    n_test: int | None = _field(None, "Test examples (built-in tasks).", TASK, ge=0)
+    task_options: dict[str, Any] = _field(
+        {}, "Task options KEY=VALUE, e.g. judge_lm=openai:gpt-4.1-mini; for your own make_task, its keyword "
+        "arguments.", TASK)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten(cls, data: Any) -> Any:
+        return flatten_engine(data) if isinstance(data, dict) else data
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, v: str) -> str:
+        from gepetto.tasks import TASKS
+        from gepetto.usertask import FORMS, is_target, normalize_target
+
+        if v in TASKS or v.startswith(PYTHON):
+            return v
+        if is_target(v):
+            return normalize_target(v)
+        raise ValueError(f"unknown task {v!r}; accepted: {', '.join(sorted(TASKS))}, or your own as {FORMS}")
+
+    @field_validator("task_lm", "reflection_lm")
+    @classmethod
+    def _lm_name(cls, v: str) -> str:
+        from gepetto.lm.names import parse_lm_name
+
+        if not v.startswith(PYTHON):  # an LM object given to gepetto.optimize() is checked with the task below
+            parse_lm_name(v)  # raises ValueError listing the accepted forms
+        return v
+
+    @field_validator("task_lm_params", "task_options")
+    @classmethod
+    def _plain_data(cls, v: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return json.loads(json.dumps(v))  # as stored (tuples become lists), so a resume compares like with like
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"must be plain data (JSON): {exc}") from None
+
+    @model_validator(mode="after")
+    def _objects_only_from_python(self) -> RunConfig:
+        for key in ("task_lm", "reflection_lm"):
+            if getattr(self, key).startswith(PYTHON) and not self.task.startswith(PYTHON):
+                raise ValueError(f"{key} {getattr(self, key)!r} stands for an LM object given to gepetto.optimize(); "
+                                 "here give an LM name")
+        return self
+
+    def engine_config(self, **changes: Any) -> EngineConfig:
+        """The engine's part of this run config (with `changes`)."""
+        return EngineConfig(**{**self.model_dump(include=set(ENGINE_FIELDS)), **changes})
+
+    def stored(self) -> dict[str, Any]:
+        """What the run store keeps: every option but those of one session."""
+        return self.model_dump(exclude=set(SESSION_ONLY))
+
+
+def format_validation_error(exc: ValidationError, model: type[BaseModel] = RunConfig) -> str:
+    """One line per bad field: its name, what is wrong, what was given."""
+    lines = []
+    for err in exc.errors():
+        field = ".".join(str(x) for x in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown option; accepted: {', '.join(model.model_fields)}"
+        lines.append(f"{field}: {msg} (got {err.get('input')!r})")
+    what = "engine option" if model is EngineConfig else "configuration"
+    return f"invalid {what}:\n  " + "\n  ".join(lines)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The options in a YAML or TOML file, as a mapping (not validated yet)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    text = p.read_text()
+    try:
+        if p.suffix in (".toml", ".tml"):
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+    except Exception as exc:
+        raise ConfigError(f"config file {p} cannot be parsed: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of options, got {type(data).__name__}")
+    return data
+
+
+def flatten_engine(data: dict[str, Any]) -> dict[str, Any]:
+    """Earlier versions kept some engine options under `engine:`; they are plain fields now."""
+    if "engine" not in data:
+        return data
+    data = dict(data)
+    engine = data.pop("engine")
+    if not isinstance(engine, dict):
+        raise ValueError(f"engine: a mapping of engine options, got {type(engine).__name__}")
+    allowed = ENGINE_FIELDS - _OLD_TOP_LEVEL
+    wrong = sorted(set(engine) - allowed)
+    if wrong:
+        raise ValueError(f"unknown engine option(s) {wrong}: options are plain fields now (e.g. `budget: 5`, not "
+                         f"under `engine:`); engine: accepts {', '.join(sorted(allowed))}")
+    twice = sorted(set(engine) & set(data))
+    if twice:
+        raise ValueError(f"{twice} given both as fields and under `engine:`; give each once")
+    return {**data, **engine}
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
+    """A RunConfig from a YAML or TOML file (optional) plus overrides (None: not given); one ConfigError if wrong."""
+    data = read_config_file(path) if path is not None else {}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "engine" in data and given:  # flatten first, so an override replaces what the file has under `engine:`
+        data = {k: v for k, v in _flat(data).items() if k not in given}
+    return RunConfig(**{**data, **given})
+
+
+def _flat(data: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return flatten_engine(data)
+    except ValueError as exc:
+        raise ConfigError(f"invalid configuration:\n  engine: {exc}") from None

@@ -1,0 +1,19 @@
+"""What tests, benchmarks and examples use in place of real LMs and services.
+
+- `ScriptedLM` (scripted.py): answers from a function or a list, and keeps every call.
+- `sim` (sim.py): a simulated optimisation problem with a known optimum, its task and reflection LMs
+  (`SimTaskLM`, `SimReflectionLM`; by name `sim:task`, `sim:reflection`) and the task `--task sim`.
+- `FakeOpenAIServer` (server.py): an OpenAI-compatible server on loopback that can inject faults
+  (429, 5xx, dropped connections, malformed bodies, slow answers); `sim_responder` puts the simulated LMs behind it.
+
+Nothing in `gepetto.lm` imports these: the `sim` LM backend is registered when this package is imported
+(`import gepetto` does).
+"""
+
+from gepetto.testing import sim
+from gepetto.testing.scripted import ScriptedLM
+from gepetto.testing.server import FakeOpenAIServer, Responder, echo, sim_responder
+from gepetto.testing.sim import SimReflectionLM, SimTaskLM
+
+__all__ = ["FakeOpenAIServer", "Responder", "ScriptedLM", "SimReflectionLM", "SimTaskLM", "echo", "sim",
+           "sim_responder"]

@@ -1,0 +1,152 @@
+"""One typed configuration: EngineConfig and RunConfig are the source of the Python API's keywords, the config
+files and the CLI options, under the same names; stored runs of earlier versions still resume."""
+
+import inspect
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import gepetto
+from gepetto.cli import app
+from gepetto.config import ENGINE_FIELDS, SESSION_ONLY, ConfigError, EngineConfig, RunConfig, load_config
+from gepetto.store.sqlite import RunStore
+from gepetto.testing import sim
+
+SIM = ["--task", "sim", "--task-lm", "sim:task", "--reflection-lm", "sim:reflection"]
+
+
+def keywords(fn):
+    return {n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY}
+
+
+@pytest.mark.parametrize("fn", [gepetto.optimize, gepetto.optimize_async, gepetto.build_engine])
+def test_every_engine_option_is_an_explicit_keyword_of_the_api(fn):
+    assert keywords(fn) >= ENGINE_FIELDS
+    assert "config" in keywords(fn)
+    assert not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+
+
+def test_evaluate_takes_the_engine_options_it_uses():
+    for fn in (gepetto.evaluate, gepetto.evaluate_async):
+        assert {"config", "max_concurrency", "task_lm_params"} <= keywords(fn)
+    assert inspect.iscoroutinefunction(gepetto.optimize_async) and inspect.iscoroutinefunction(gepetto.evaluate_async)
+
+
+def test_every_run_option_is_a_cli_option_named_like_the_field():
+    runner = CliRunner()
+    res = runner.invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"})
+    shown = res.output
+    for name in RunConfig.model_fields:
+        flag = "--task-option" if name == "task_options" else "--" + name.replace("_", "-")
+        assert flag in shown, flag
+    for old in ("--concurrency", "--target ", "--merge "):  # deprecated spellings: accepted, not shown
+        assert old not in shown
+
+
+def test_keywords_override_the_config_and_unknown_names_are_config_errors():
+    task = sim.task()
+    kw = {"program": task.program, "valset": task.valset, "task_lm": sim.SimTaskLM(),
+          "reflection_lm": sim.SimReflectionLM()}
+    cfg = EngineConfig(budget=90, seed=3, use_merge=False)
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, config=cfg, budget=70, **kw)
+    assert (engine.config.budget, engine.config.seed, engine.config.use_merge) == (70, 3, False)
+    assert cfg.budget == 90  # the given config is not changed
+    a = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, config=cfg, **kw)
+    b = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, budget=90, seed=3, use_merge=False, **kw)
+    assert a.to_dict() | {"wall_seconds": 0, "ledger": 0} == b.to_dict() | {"wall_seconds": 0, "ledger": 0}
+    with pytest.raises(ConfigError, match=r"unknown option 'minibatch' \(did you mean 'minibatch_size'\?\)"):
+        gepetto.optimize(task.seed_candidate, task.trainset, task.metric, minibatch=2, **kw)
+    with pytest.raises(TypeError, match="unknown option 'concurrency'"):  # a TypeError too, as Python's would be
+        gepetto.evaluate(task.seed_candidate, task.valset, task.metric, concurrency=2)
+    with pytest.raises(ConfigError, match="budget: Input should be greater than or equal to 1"):
+        gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, budget=0, **kw)
+    with pytest.raises(ConfigError, match="accept: Input should be 'strict' or 'non_decreasing'"):
+        EngineConfig(accept="sometimes")
+
+
+def test_a_run_config_is_flat_and_reads_the_nested_form_of_earlier_versions(tmp_path):
+    flat = load_config(reflection_attempts=2, accept="non_decreasing", components=["instruction"])
+    assert flat.components == ("instruction",)
+    (tmp_path / "old.yaml").write_text("task: sim\nengine: {reflection_attempts: 2, accept: non_decreasing, "
+                                       "components: [instruction]}\n")
+    assert load_config(tmp_path / "old.yaml").model_dump() == flat.model_copy(update={"task": "sim"}).model_dump()
+    assert load_config(tmp_path / "old.yaml", reflection_attempts=4).reflection_attempts == 4  # overrides win
+    with pytest.raises(ConfigError, match="given both as fields and under `engine:`"):
+        load_config(engine={"accept": "strict"}, accept="strict")
+    # what the store keeps: every option but a stop file (it stops one session only)
+    stored = load_config(stop_file="STOP").stored()
+    assert set(stored) == set(RunConfig.model_fields) - SESSION_ONLY
+    assert RunConfig(**json.loads(json.dumps(stored))) == load_config()  # JSON round trip compares equal
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    return invoke
+
+
+def test_loop_options_from_the_cli_and_from_a_file(cli, tmp_path):
+    res = cli("optimize", *SIM, "--budget", 60, "--max-concurrency", 2, "--accept", "non_decreasing",
+              "--reflection-attempts", 2, "--reflection-temperatures", "[0, 0.5]", "--no-use-merge",
+              "--task-lm-params", "{temperature: 0}", "--evidence-size", 4, "--run", "a", "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 0, res.output
+    config = RunStore("s.sqlite").get_run("a").config
+    assert (config["max_concurrency"], config["accept"], config["reflection_attempts"], config["use_merge"],
+            config["evidence_size"]) == (2, "non_decreasing", 2, False, 4)
+    assert config["reflection_temperatures"] == [0, 0.5] and config["task_lm_params"] == {"temperature": 0}
+    (tmp_path / "run.yaml").write_text("task: sim\ntask_lm: sim:task\nreflection_lm: sim:reflection\nbudget: 60\n"
+                                       "max_concurrency: 2\naccept: non_decreasing\nreflection_attempts: 2\n"
+                                       "reflection_temperatures: [0, 0.5]\nuse_merge: false\nevidence_size: 4\n"
+                                       "task_lm_params: {temperature: 0}\n")
+    res = cli("optimize", "-c", tmp_path / "run.yaml", "--run", "b", "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 0, res.output
+    assert RunStore("s.sqlite").get_run("b").config == config
+    res = cli("optimize", *SIM, "--components", "[nope]", "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 2 and "components ['nope'] are not in the seed candidate" in res.output
+    res = cli("optimize", *SIM, "--task-lm-params", "{unclosed", "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 2 and "--task-lm-params: not a YAML value" in res.output
+
+
+def test_old_cli_spellings_still_work_with_a_warning(cli):
+    res = cli("optimize", *SIM, "--budget", 60, "--concurrency", 3, "--target", 0.5, "--no-merge", "--run", "old",
+              "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 0, res.output
+    assert "--concurrency is deprecated; use --max-concurrency" in res.output
+    config = RunStore("s.sqlite").get_run("old").config
+    assert (config["max_concurrency"], config["target_score"], config["use_merge"]) == (3, 0.5, False)
+
+
+def test_a_run_stored_by_an_earlier_version_resumes(cli):
+    """Runs stored before the options became fields keep some of them under `engine:`; they resume exactly."""
+    res = cli("optimize", *SIM, "--budget", 80, "--reflection-attempts", 2, "--run", "r", "--storage", "s.sqlite",
+              "-q")
+    assert res.exit_code == 0, res.output
+    store = RunStore("s.sqlite")
+    config = store.get_run("r").config
+    old_top = {"task", "task_lm", "reflection_lm", "budget", "seed", "minibatch_size", "max_concurrency",
+               "use_merge", "max_merges", "time_limit", "patience", "target_score", "data_dir", "n_train", "n_val",
+               "n_test", "task_options", "cache", "proposals_per_round", "proposer", "max_lm_failures",
+               "lm_retry_pause", "prices"}
+    old = {k: v for k, v in config.items() if k in old_top} | {"engine": {"reflection_attempts": 2}}
+    store.update_config("r", old)
+    paid = store.count_rollouts("r")
+    again = cli("optimize", "--run", "r", "--storage", "s.sqlite", "-q")
+    assert again.exit_code == 0, again.output
+
+    def line(out):
+        return next(x for x in out.splitlines() if x.startswith("validation:")).split("; wall time")[0]
+
+    assert line(again.output) == line(res.output)
+    assert RunStore("s.sqlite").count_rollouts("r") == paid  # replayed, nothing paid again
+    # a resume that would change an option moved out of `engine:` is refused by its name
+    res = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--reflection-attempts", 3, "-q")
+    assert res.exit_code == 2 and "other settings for ['reflection_attempts']" in res.output
+    more = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--budget", 120, "-q")
+    assert more.exit_code == 0 and "/120 rollouts" in more.output
+    assert "engine" not in RunStore("s.sqlite").get_run("r").config  # rewritten in the current form
