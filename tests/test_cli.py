@@ -1,5 +1,6 @@
 """The gepetto command on a small simulated run: every command, config errors, exit codes."""
 
+import dataclasses
 import json
 
 import pytest
@@ -128,11 +129,9 @@ def test_task_options_from_the_command_line(cli):
 
 def _dying_task_lm(monkeypatch, answers):
     """Make `sim:task` answer `answers` calls, then fail like a dead endpoint (LMUnavailable)."""
-    from gepetto import sim
     from gepetto.lm import names
     from gepetto.lm.base import LMUnavailable
-
-    real = names.make_lm
+    from gepetto.testing import sim
 
     class Dying(sim.SimTaskLM):
         async def complete(self, messages, **params):
@@ -141,7 +140,9 @@ def _dying_task_lm(monkeypatch, answers):
                 raise LMUnavailable("sim-task: gave up after 7 attempts; last error: HTTP 503")
             return await super().complete(messages, **params)
 
-    monkeypatch.setattr(names, "make_lm", lambda name: Dying() if name == "sim:task" else real(name))
+    real = names.BACKENDS["sim"]
+    dying = dataclasses.replace(real, build=lambda spec: Dying() if spec.model == "task" else real.builder()(spec))
+    monkeypatch.setitem(names.BACKENDS, "sim", dying)  # the backend table: `sim:task` now builds Dying
 
 
 def test_a_run_stopped_by_a_failing_lm_exits_non_zero_with_a_clear_message(cli, monkeypatch, tmp_path):
@@ -162,14 +163,14 @@ def test_a_run_stopped_by_a_failing_lm_exits_non_zero_with_a_clear_message(cli, 
 def test_normal_and_user_stops_keep_exit_code_0(cli, tmp_path):
     stop = tmp_path / "STOP"
     stop.write_text("")
-    for extra in (["--budget", 80], ["--budget", 400, "--target", 0.5], ["--budget", 400, "--stop-file", stop]):
+    for extra in (["--budget", 80], ["--budget", 400, "--target-score", 0.5], ["--budget", 400, "--stop-file", stop]):
         res = cli("optimize", *SIM, *extra, "--storage", "runs.sqlite", "-q")
         assert res.exit_code == 0, res.output
 
 
 def test_a_broken_metric_exits_non_zero_with_a_clear_message(cli, tmp_path):
     (tmp_path / "broken.py").write_text(
-        "from gepetto import Task, sim\n\n"
+        "from gepetto import Task\nfrom gepetto.testing import sim\n\n"
         "def make_task():\n"
         "    t = sim.task()\n"
         "    return Task('broken', t.program, lambda ex, out, trace: None, t.seed_candidate, t.trainset, t.valset)\n")

@@ -15,13 +15,13 @@ from typer.testing import CliRunner
 
 import gepetto
 from gepetto import events as ev
-from gepetto import sim
 from gepetto.engine.pareto import ParetoArchive, best_index
 from gepetto.events import Outcome, StopReason
-from gepetto.lm.base import LMUnavailable, ScriptedLM
+from gepetto.lm.base import LMUnavailable
 from gepetto.report import render_report
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore
+from gepetto.testing import ScriptedLM, sim
 
 SRC = Path(gepetto.__file__).parent
 
@@ -106,7 +106,8 @@ def test_an_lm_outage_is_an_event_with_what_happens_next():
 
 
 def test_the_store_logs_proposals_as_before(tmp_path):
-    from gepetto.runner import load_config, start_or_resume
+    from gepetto.config import load_config
+    from gepetto.runner import start_or_resume
 
     cfg = load_config(task="sim", task_lm="sim:task", reflection_lm="sim:reflection", budget=120, seed=1)
     start_or_resume(cfg, storage=tmp_path / "s.sqlite", run="r")
@@ -249,7 +250,8 @@ def test_the_archive_uses_the_same_rule():
 
 
 def test_engine_result_snapshot_and_report_agree_on_the_best(tmp_path):
-    from gepetto.runner import load_config, start_or_resume
+    from gepetto.config import load_config
+    from gepetto.runner import start_or_resume
 
     cfg = load_config(task="sim", task_lm="sim:task", reflection_lm="sim:reflection?noise=0.4", budget=200, seed=4)
     _, result = start_or_resume(cfg, storage=tmp_path / "s.sqlite", run="r")

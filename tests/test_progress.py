@@ -54,7 +54,7 @@ def test_lm_outages_are_shown_even_without_verbose() -> None:
 def test_a_run_with_a_failing_endpoint_shows_each_retry() -> None:
     # end to end: the engine's events reach the display while the task LM fails, then answers again
     import gepetto
-    from gepetto import sim
+    from gepetto.testing import sim
 
     class Flaky(sim.SimTaskLM):
         n = 0
