@@ -71,6 +71,17 @@ def test_events_can_be_matched():
     assert best[-1][1] == result.best_score
 
 
+def test_callbacks_is_a_keyword_only_argument_beside_the_config_and_on_event_is_gone():
+    import inspect
+
+    for fn in (gepetto.optimize, gepetto.optimize_async, gepetto.build_engine):
+        params = inspect.signature(fn).parameters
+        assert params["callbacks"].kind is inspect.Parameter.KEYWORD_ONLY and "on_event" not in params
+    assert "callbacks" not in gepetto.EngineConfig.model_fields  # a runtime object, not a stored option
+    with pytest.raises(gepetto.ConfigError, match=r"'on_event' \(did you mean 'callbacks'\?\)"):
+        _run(budget=60, on_event=print)
+
+
 def test_each_event_kind_keeps_its_short_name():
     kinds = {cls.kind for cls in vars(ev).values()
              if isinstance(cls, type) and issubclass(cls, ev.Event) and cls is not ev.Event}
