@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from gepetto.engine.executors import aclose_executor
 from gepetto.engine.loop import Engine, EngineConfig, EventHandler, Result, RolloutStore
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
@@ -222,3 +223,4 @@ async def drive_engine(engine: Engine, *, own_loop: bool) -> Result:
             # HTTP clients belong to this loop: close them here, not at exit from a loop that is gone
             await aclose_lm(engine.task_lm)
             await aclose_lm(engine.reflection_lm)
+            await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run

@@ -113,6 +113,10 @@ def optimize(
     proposals_per_round: int | None = typer.Option(None, help="Proposals tried at once (for slow parallel APIs)."),
     proposer: str | None = typer.Option(None, help="edit (one rule per proposal) or rewrite (whole text)."),
     cache: str | None = typer.Option(None, help="LM response cache: auto (temperature 0), always, off."),
+    executor: str | None = typer.Option(None, help="Where rollouts run: local (this process) or ray (Ray tasks, "
+                                        "extra gepetto[ray]; docs/integrations.md)."),
+    ray_address: str | None = typer.Option(None, help="With --executor ray: the Ray cluster to join (default: "
+                                           "$RAY_ADDRESS, else a local Ray)."),
     task_option: list[str] | None = typer.Option(
         None, "--task-option", help="Task option KEY=VALUE (repeatable), e.g. judge_lm=openai:gpt-4.1-mini; for your "
         "own make_task, its keyword arguments."),
@@ -128,7 +132,8 @@ def optimize(
              "time_limit": time_limit, "patience": patience, "target_score": target, "data_dir": data_dir,
              "n_train": n_train, "n_val": n_val, "n_test": n_test, "proposals_per_round": proposals_per_round,
              "proposer": proposer,
-             "cache": cache, "task_options": _task_options(task_option)}
+             "cache": cache, "executor": executor, "ray_address": ray_address,
+             "task_options": _task_options(task_option)}
     try:
         cfg = load_config(config, **given)
     except ConfigError as exc:

@@ -30,7 +30,7 @@ from gepetto.types import Candidate, Example
 DEFAULT_STORAGE = "gepetto.sqlite"
 # options that may change when a run is resumed (they do not alter the path the run has taken so far)
 RESUMABLE_CHANGES = {"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices",
-                     "max_lm_failures", "lm_retry_pause"}
+                     "max_lm_failures", "lm_retry_pause", "executor", "ray_address"}
 
 
 # prefix of a task or an LM that is a Python object given to gepetto.optimize() (not loadable from a name)
@@ -70,6 +70,8 @@ class RunConfig(BaseModel):
     proposer: Literal["edit", "rewrite"] = "rewrite"
     max_lm_failures: int = Field(5, ge=1, description="LM outages in a row (or of one call) that stop the run")
     lm_retry_pause: float = Field(5.0, ge=0, description="seconds before a call the LM gave no answer to is retried")
+    executor: Literal["local", "ray"] = Field("local", description="where rollouts run: this process, or Ray tasks")
+    ray_address: str | None = Field(None, description="executor ray: the cluster to join (default: a local Ray)")
     # price table: LM name -> [dollars per million input tokens, per million output tokens]
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
     # the other EngineConfig options (accept, components, reflection_attempts, task_lm_params, ...)

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 from gepetto.engine import edits
+from gepetto.engine.executors import Executor, make_executor
 from gepetto.engine.merge import find_merge
 from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
-from gepetto.program import Metric, Program, Rollout, check_metric, run_rollout
+from gepetto.program import Metric, Program, Rollout, check_metric
 from gepetto.types import Candidate, Example
 
 EventHandler = Callable[[str, dict[str, Any]], None]
@@ -75,6 +76,10 @@ class EngineConfig:
     # LMSetupError such as HTTP 401 stops it at once), keeping everything paid so far
     max_lm_failures: int = 5
     lm_retry_pause: float = 5.0
+    # where rollouts run (engine/executors.py): "local" (this process) or "ray" (Ray tasks, on the cluster at
+    # `ray_address`, or a local Ray started for the run); or an Executor object. The run is the same either way
+    executor: Literal["local", "ray"] | Executor = "local"
+    ray_address: str | None = None
 
 
 @dataclass
@@ -177,6 +182,7 @@ class Engine:
         self.reflection_lm = MeteredLM(reflection_lm, self.state.ledger, "reflection")
         self.on_event = on_event or (lambda kind, data: None)
         self.rollout_store = rollout_store
+        self.executor: Executor = make_executor(cfg.executor, cfg)
         child_test = cfg.minibatch_size + cfg.gate_solved if cfg.proposer == "edit" else cfg.minibatch_size
         self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size, child_test)
         self._stop_reason: str | None = None
@@ -536,7 +542,8 @@ class Engine:
 
     async def _run_rollout(self, sem: asyncio.Semaphore, candidate: Candidate, ex: Example) -> Rollout:
         async with sem:
-            return await run_rollout(self.program, self.metric, candidate, ex, self.task_lm, self.config.task_lm_params)
+            return await self.executor.run(self.program, self.metric, candidate, ex, self.task_lm,
+                                           self.config.task_lm_params)
 
     async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """`call(...)`, made again while the LM infrastructure fails (LMUnavailable: no answer, so no result to

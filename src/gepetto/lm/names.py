@@ -101,6 +101,12 @@ def parse_lm_name(name: str) -> LMName:
 
 def make_lm(name: str) -> LM:
     """Build the LM a name stands for (nothing is loaded or connected until its first call)."""
+    lm = _build(name)
+    lm.source_name = name  # type: ignore[attr-defined]  # how to build it again elsewhere (e.g. in a Ray worker)
+    return lm
+
+
+def _build(name: str) -> LM:
     spec = parse_lm_name(name)
     opts = dict(spec.options)
     if spec.kind == "local":
