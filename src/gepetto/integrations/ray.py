@@ -123,11 +123,12 @@ class _Bundle:
 class RayExecutor:
     """Runs each rollout as a Ray task; see the module docstring for what must be serialisable.
 
-    `address`: the Ray cluster to join (None: `RAY_ADDRESS`, else a local Ray started for the run). Ray is
-    started on the first rollout unless this process is already connected (call `ray.init(...)` yourself for
-    other options, e.g. a `runtime_env` that ships your program's module). A Ray this executor started is shut
-    down by `aclose()` (at the end of `gepetto.optimize`). `remote_options`: Ray task options for each rollout,
-    e.g. `{"num_cpus": 0.5}` or `{"resources": {"sandbox": 1}}` (default: one CPU per rollout).
+    `address`: the Ray cluster to join (None: `$RAY_ADDRESS`, else the Ray last started on this machine, else a
+    local Ray started for the run), joined on the first rollout unless this process is already connected (call
+    `ray.init(...)` yourself for other options, e.g. a `runtime_env` that ships your program's module). A Ray
+    this executor joined or started is left by `aclose()` (at the end of `gepetto.optimize`); `init_options`
+    go to `ray.init`. `remote_options`: Ray task options for each rollout, e.g. `{"num_cpus": 0.5}` or
+    `{"resources": {"sandbox": 1}}` (default: one CPU per rollout).
     """
 
     def __init__(self, address: str | None = None, *, init_options: Mapping[str, Any] | None = None,
@@ -175,7 +176,7 @@ class RayExecutor:
         bundle = self._bundle_for(program, metric, task_lm, lm_params or {})
         ref = self._remote.remote(bundle.key, bundle.ref, candidate, example)
         try:
-            reply: _Reply = await ref
+            reply: _Reply = await asyncio.wrap_future(ref.future())  # also a Ray Client (ray://) reference
         except asyncio.CancelledError:
             ray.cancel(ref)
             raise
