@@ -116,3 +116,20 @@ def test_a_stored_run_on_ray_resumes_exactly_on_the_local_executor(local_ray, tm
     assert first.rollouts_used <= 70 < whole.rollouts_used
     finished = run("split", 150, "local")
     assert fingerprint(finished)[0] == fingerprint(whole)[0]
+
+
+def test_cli_executor_option(local_ray, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gepetto.cli import app
+    from gepetto.store.sqlite import RunStore
+
+    monkeypatch.chdir(tmp_path)
+    args = ["optimize", "--task", "sim", "--task-lm", "sim:task", "--reflection-lm", "sim:reflection", "--run", "r",
+            "-q", "--budget"]
+    res = CliRunner().invoke(app, [*args, "40", "--executor", "ray"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert RunStore("gepetto.sqlite").get_run("r").config["executor"] == "ray"
+    res = CliRunner().invoke(app, [*args, "60", "--executor", "local"], catch_exceptions=False)  # resumed locally
+    assert res.exit_code == 0, res.output
+    assert RunStore("gepetto.sqlite").get_run("r").config["executor"] == "local"
