@@ -21,9 +21,11 @@ from gepetto.config import (
     CacheMode,
     ConfigError,
     EngineConfig,
+    ExecutorName,
     Proposer,
     UnknownOptionError,
 )
+from gepetto.engine.executors import Executor, aclose_executor
 from gepetto.engine.loop import Engine, Result, RolloutStore
 from gepetto.events import Callbacks, Event, StopReason, as_callbacks
 from gepetto.ledger import Ledger
@@ -153,6 +155,8 @@ def build_engine(
     max_idle_iterations: int | None = None,
     max_lm_failures: int | None = None,
     lm_retry_pause: float | None = None,
+    executor: ExecutorName | Executor | None = None,
+    ray_address: str | None = None,
     minibatch_size: int | None = None,
     accept: Accept | None = None,
     proposals_per_round: int | None = None,
@@ -239,6 +243,8 @@ async def optimize_async(
     max_idle_iterations: int | None = None,
     max_lm_failures: int | None = None,
     lm_retry_pause: float | None = None,
+    executor: ExecutorName | Executor | None = None,
+    ray_address: str | None = None,
     minibatch_size: int | None = None,
     accept: Accept | None = None,
     proposals_per_round: int | None = None,
@@ -260,7 +266,11 @@ async def optimize_async(
     stored = _open_stored(seed_candidate, trainset, metric, args)
     if stored is not None:
         return await stored.run_async()
-    return await _engine_for(seed_candidate, trainset, metric, args).run()
+    engine = _engine_for(seed_candidate, trainset, metric, args)
+    try:
+        return await engine.run()
+    finally:
+        await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run
 
 
 @checked_keywords
@@ -290,6 +300,8 @@ def optimize(
     max_idle_iterations: int | None = None,
     max_lm_failures: int | None = None,
     lm_retry_pause: float | None = None,
+    executor: ExecutorName | Executor | None = None,
+    ray_address: str | None = None,
     minibatch_size: int | None = None,
     accept: Accept | None = None,
     proposals_per_round: int | None = None,
@@ -313,7 +325,8 @@ def optimize(
     one callable or a list, each called with every event (a typed dataclass: see gepetto.events). The options
     of the loop come from `config` (an EngineConfig; default: EngineConfig()) with each keyword argument given
     (not None) in place: budget, seed, minibatch_size, max_concurrency, use_merge, time_limit, patience,
-    target_score, stop_file, max_lm_failures, component_descriptions, ... (EngineConfig documents each). An
+    target_score, stop_file, max_lm_failures, component_descriptions, executor ("local", "ray" or an Executor
+    object: where rollouts run; docs/integrations.md), ... (EngineConfig documents each). An
     unknown name or a bad value raises a ConfigError. Ctrl-C or SIGTERM returns the best so far;
     `Result.stop_reason` (a gepetto.StopReason) says why the run stopped.
 
@@ -425,3 +438,4 @@ async def drive_engine(engine: Engine, *, own_loop: bool) -> Result:
             # HTTP clients belong to this loop: close them here, not at exit from a loop that is gone
             await aclose_lm(engine.task_lm)
             await aclose_lm(engine.reflection_lm)
+        await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run

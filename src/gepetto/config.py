@@ -11,13 +11,16 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gepetto.engine.executors import EXECUTORS, Executor
 
 Accept = Literal["strict", "non_decreasing"]
 Proposer = Literal["edit", "rewrite"]
 CacheMode = Literal["auto", "always", "off"]
+ExecutorName = Literal["local", "ray"]  # the names of engine/executors.py's EXECUTORS
 DEFAULT_TASK_LM = "local:qwen2.5-coder-0.5b"  # the embedded default (docs/lm.md)
 DEFAULT_REFLECTION_LM = "local:qwen2.5-coder-1.5b"
 
@@ -27,7 +30,7 @@ RUN, STOP, SEARCH, REFLECTION, EDIT, MERGE, TASK = (
 
 # options that may change when a stored run is resumed (they do not alter the path the run has taken so far)
 RESUMABLE_CHANGES = frozenset({"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices",
-                               "max_lm_failures", "lm_retry_pause"})
+                               "max_lm_failures", "lm_retry_pause", "executor", "ray_address"})
 # options of one session, never stored with a run (a stop file stops this session only)
 SESSION_ONLY = frozenset({"stop_file"})
 # prefix of a task or an LM that is a Python object given to gepetto.optimize() (not loadable from a name)
@@ -52,7 +55,8 @@ def _field(default: Any, description: str, group: str, **constraints: Any) -> An
 class _Options(BaseModel):
     """Validated on construction; an error is one ConfigError naming each bad field."""
 
-    model_config = ConfigDict(extra="forbid")
+    # arbitrary types: an Executor object (EngineConfig.executor) is checked with isinstance
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -82,6 +86,13 @@ class EngineConfig(_Options):
     max_lm_failures: int = _field(5, "LM outages in a row (or of one call) that stop the run (resumable).", STOP,
                                   ge=1)
     lm_retry_pause: float = _field(5.0, "Seconds before a call the LM gave no answer to is made again.", STOP, ge=0)
+    # where rollouts run (engine/executors.py): in this process, or as Ray tasks on the cluster at `ray_address`
+    # (or a local Ray started for the run); in Python also an Executor object. The run is the same either way
+    executor: ExecutorName | Executor = _field(
+        "local", "Where rollouts run: local (this process) or ray (Ray tasks, extra gepetto[ray]; "
+        "docs/integrations.md); in Python also an Executor object.", RUN)
+    ray_address: str | None = _field(None, "With executor ray: the Ray cluster to join (default: $RAY_ADDRESS, "
+                                     "else a local Ray started for the run).", RUN)
     # the search
     minibatch_size: int = _field(3, "Training examples per reflection minibatch.", SEARCH, ge=1)
     accept: Accept = _field("strict", "A child passes its minibatch test when it scores higher (strict) or "
@@ -114,6 +125,22 @@ class EngineConfig(_Options):
     rule_max_tokens: int = _field(90, "Longest rule answer (tokens).", EDIT, ge=1)
     use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)
     max_merges: int = _field(5, "Merges at most.", MERGE, ge=0)
+
+    _executor_objects: ClassVar[bool] = True  # an Executor object is an option of one process, never stored
+
+    @field_validator("executor", mode="before")
+    @classmethod
+    def _known_executor(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if v not in EXECUTORS:
+                raise ValueError(f"unknown executor {v!r}; accepted: {', '.join(EXECUTORS)}")
+        elif not cls._executor_objects:
+            raise ValueError(f"a stored run takes an executor by name ({', '.join(EXECUTORS)}), not an object "
+                             f"({type(v).__name__}): run without storage= to use it")
+        elif not isinstance(v, Executor):
+            raise ValueError(f"one of {', '.join(EXECUTORS)} or an Executor object (async run(...) and aclose()), "
+                             f"got {type(v).__name__}")
+        return v
 
 
 ENGINE_FIELDS = frozenset(EngineConfig.model_fields)
@@ -149,6 +176,12 @@ class RunConfig(EngineConfig):
     task_options: dict[str, Any] = _field(
         {}, "Task options KEY=VALUE, e.g. judge_lm=openai:gpt-4.1-mini; for your own make_task, its keyword "
         "arguments.", TASK)
+    # a stored run names its executor (an object is EngineConfig's only); it may change on resume
+    executor: ExecutorName = _field(
+        "local", "Where rollouts run: local (this process) or ray (Ray tasks, extra gepetto[ray]; "
+        "docs/integrations.md).", RUN)
+
+    _executor_objects: ClassVar[bool] = False
 
     @model_validator(mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 from gepetto import events as ev
 from gepetto.config import EngineConfig
 from gepetto.engine import edits
+from gepetto.engine.executors import Executor, make_executor
 from gepetto.engine.merge import find_merge
 from gepetto.engine.pareto import best_index
 from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
@@ -25,7 +26,7 @@ from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_bud
 from gepetto.events import Outcome, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
-from gepetto.program import Metric, Program, Rollout, check_metric, run_rollout
+from gepetto.program import Metric, Program, Rollout, check_metric
 from gepetto.types import Candidate, Example
 
 T = TypeVar("T")
@@ -141,6 +142,7 @@ class Engine:
         self.reflection_lm = MeteredLM(reflection_lm, self.state.ledger, "reflection")
         self.callbacks = ev.as_callbacks(callbacks)  # each is called with every event (gepetto.events)
         self.rollout_store = rollout_store
+        self.executor: Executor = make_executor(cfg.executor, cfg)
         child_test = cfg.minibatch_size + cfg.gate_solved if cfg.proposer == "edit" else cfg.minibatch_size
         self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size, child_test)
         self._stop: Stop | None = None
@@ -502,7 +504,8 @@ class Engine:
 
     async def _run_rollout(self, sem: asyncio.Semaphore, candidate: Candidate, ex: Example) -> Rollout:
         async with sem:
-            return await run_rollout(self.program, self.metric, candidate, ex, self.task_lm, self.config.task_lm_params)
+            return await self.executor.run(self.program, self.metric, candidate, ex, self.task_lm,
+                                           self.config.task_lm_params)
 
     async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """`call(...)`, made again while the LM infrastructure fails (LMUnavailable: no answer, so no result to

@@ -151,5 +151,11 @@ def parse_lm_name(name: str) -> LMName:
 
 def make_lm(name: str) -> LM:
     """Build the LM a name stands for (nothing is loaded or connected until its first call)."""
+    lm = _build(name)
+    lm.source_name = name  # type: ignore[attr-defined]  # how to build it again elsewhere (e.g. in a Ray worker)
+    return lm
+
+
+def _build(name: str) -> LM:
     spec = parse_lm_name(name)
     return BACKENDS[spec.kind].builder()(spec)

@@ -1,0 +1,1 @@
+"""Optional integrations (each an extra, imported only when used): `gepetto.integrations.ray`, ..."""
