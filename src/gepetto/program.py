@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gepetto.lm.base import LM, Completion, LMError, LMUnavailable, Message
-from gepetto.types import Candidate, Example, Score
+from gepetto.types import Candidate, Example, Score, ScoreRangeError
 
 Program = Callable[[Candidate, Example, "Context"], Any]  # may be sync or async
 Metric = Callable[[Example, Any, "list[TraceEntry]"], "Score | float | Awaitable[Score | float]"]
@@ -149,6 +149,14 @@ def check_metric(runs: Sequence[Rollout]) -> None:
     """Raise MetricError when every rollout failed in the metric with the same kind of error (a broken metric
     would otherwise score 0 everywhere and burn the whole budget)."""
     failed = [r for r in runs if r.stage == "metric"]
+    # a score outside [0, 1] is a misconfigured metric on any example, not a verdict on this one
+    ranged = [r for r in failed if (r.error or "").startswith(ScoreRangeError.__name__)]
+    if ranged:
+        first = ranged[0]
+        raise MetricError(
+            f"the metric returned a score outside [0, 1] on {len(ranged)} of {len(runs)} validation examples of the "
+            f"seed, e.g. on {first.example_id!r}: {first.error}. Scores must be in [0, 1]; fix the metric and run "
+            "again")
     kinds = {(r.error or "").split(":", 1)[0] for r in failed}
     if runs and len(failed) == len(runs) and len(kinds) == 1:
         first = failed[0]
