@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import threading
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
 from gepetto.program import Metric, Program, Rollout, run_rollout, single_instruction
 from gepetto.secrets import redact_data
+from gepetto.tracking import Tracker, chain, make_tracker, tracked
 from gepetto.types import Candidate, Example
 
 if TYPE_CHECKING:
@@ -110,19 +112,38 @@ def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metr
     return open_program_run(seed_candidate, trainset, metric, storage=storage, run=run, cache=cache, **kwargs)
 
 
+def _engine_tracking(engine: Engine, metric: Metric, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """What a tracker is started with for a run without a store: the engine's configuration and ledger."""
+    from gepetto.runner import _lm_label, _qualified_name
+
+    program = kwargs.get("program")
+    params = {"task": _qualified_name(program if program is not None else metric),
+              "task_lm": _lm_label(kwargs.get("task_lm", "local:qwen2.5-coder-0.5b")),
+              "reflection_lm": _lm_label(kwargs.get("reflection_lm", "local:qwen2.5-coder-1.5b")),
+              "n_train": len(engine.trainset), "n_val": len(engine.valset), "components": engine.components,
+              **dataclasses.asdict(engine.config)}
+    return {"name": None, "params": params, "ledger": engine.state.ledger}
+
+
 async def optimize_async(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, *,
                          storage: str | Path | None = None, run: str | None = None, cache: CacheMode | None = None,
-                         **kwargs: Any) -> Result:
+                         tracking: str | Tracker | None = None, **kwargs: Any) -> Result:
     """Async `optimize`: same arguments, for callers already inside an event loop."""
+    tracker = make_tracker(tracking)
+    if tracker is not None:
+        kwargs["on_event"] = chain(kwargs.get("on_event"), tracker)
     stored = _open_stored(seed_candidate, trainset, metric, storage, run, cache, kwargs)
     if stored is not None:
-        return await stored.run_async()
-    return await build_engine(seed_candidate, trainset, metric, **kwargs).run()
+        with tracked(tracker, **stored.tracking_info()):
+            return await stored.run_async()
+    engine = build_engine(seed_candidate, trainset, metric, **kwargs)
+    with tracked(tracker, **_engine_tracking(engine, metric, kwargs)):
+        return await engine.run()
 
 
 def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, *,
              storage: str | Path | None = None, run: str | None = None, cache: CacheMode | None = None,
-             **kwargs: Any) -> Result:
+             tracking: str | Tracker | None = None, **kwargs: Any) -> Result:
     """Evolve the seed candidate's texts to score better under `metric`, within `budget` rollouts.
 
     `program(candidate, example, ctx)` runs the user's system (default: the seed's one instruction as the
@@ -135,11 +156,19 @@ def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, 
     the run store under the name `run` (default: generated), where `gepetto runs/show/report/export` see it;
     calling again with the same `run` resumes it exactly, and a changed seed, examples or path-changing option
     is refused with a ConfigError (the budget may grow). `cache`: the LM response cache (docs/runs.md).
+    `tracking="mlflow"` also logs the run to MLflow (params, metrics per iteration, best candidate, report;
+    docs/integrations.md), or give a tracker object (gepetto.tracking).
     """
+    tracker = make_tracker(tracking)
+    if tracker is not None:
+        kwargs["on_event"] = chain(kwargs.get("on_event"), tracker)
     stored = _open_stored(seed_candidate, trainset, metric, storage, run, cache, kwargs)
     if stored is not None:
-        return stored.run()
-    return run_engine(build_engine(seed_candidate, trainset, metric, **kwargs))
+        with tracked(tracker, **stored.tracking_info()):
+            return stored.run()
+    engine = build_engine(seed_candidate, trainset, metric, **kwargs)
+    with tracked(tracker, **_engine_tracking(engine, metric, kwargs)):
+        return run_engine(engine)
 
 
 @dataclass

@@ -119,6 +119,8 @@ def optimize(
     storage: str = StorageOpt,
     run: str | None = typer.Option(None, "--run", help="Run name; an existing run is resumed."),
     stop_file: str | None = typer.Option(None, help="Stop gracefully when this file appears."),
+    track: str | None = typer.Option(None, "--track", help="Also log the run to an experiment tracker: mlflow "
+                                     "(where: MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show rejected proposals."),
 ) -> None:
@@ -140,10 +142,10 @@ def optimize(
     try:
         with ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
             name, result = start_or_resume(cfg, storage=storage, run=run, on_event=progress, stop_file=stop_file,
-                                           explicit=explicit)
+                                           explicit=explicit, tracking=track)
     except (ConfigError, StoreError) as exc:
         raise _fail(str(exc), 2) from None
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
         raise _fail(f"{type(exc).__name__}: {exc}", 2) from None
     except Exception as exc:
         raise _fail(f"the run failed: {type(exc).__name__}: {exc}", 1) from None
