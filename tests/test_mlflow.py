@@ -157,3 +157,16 @@ def test_the_command_line_tracks_with_one_option(store, tmp_path, monkeypatch):
     assert run.data.params["task_lm"] == "sim:task" and "best_score" in run.data.metrics
     bad = CliRunner().invoke(app, [*args[:-1], "wandb"], catch_exceptions=False)
     assert bad.exit_code == 2 and "unknown tracking 'wandb'" in bad.output
+
+
+def test_one_tracker_object_for_two_runs_logs_two_mlflow_runs(store):
+    tracker = MlflowTracker(experiment="gepetto-tests")
+    optimize_sim(tracking=tracker)
+    task = sim.task()
+    gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
+                     task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), budget=60, seed=1,
+                     tracking=tracker)
+    exp = store.get_experiment_by_name("gepetto-tests")
+    runs = store.search_runs([exp.experiment_id])
+    assert len(runs) == 2 and all("best_score" in r.data.metrics for r in runs)
+    assert {r.data.params["budget"] for r in runs} == {"120", "60"}

@@ -124,7 +124,7 @@ class MlflowTracker:
               ledger: Ledger | None = None, store_path: Path | None = None) -> None:
         """Create the MLflow run and log the configuration; errors here (no mlflow, a bad URI) stop the
         optimisation before anything is paid for."""
-        self._managed = True
+        self._managed, self._closed, self._result, self.run_id = True, False, None, None  # one tracker, many runs
         self._name, self._ledger, self._store_path = name, ledger, store_path
         self._params = flat_params(params or {})
         self._open()
