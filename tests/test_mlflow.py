@@ -170,3 +170,36 @@ def test_one_tracker_object_for_two_runs_logs_two_mlflow_runs(store):
     runs = store.search_runs([exp.experiment_id])
     assert len(runs) == 2 and all("best_score" in r.data.metrics for r in runs)
     assert {r.data.params["budget"] for r in runs} == {"120", "60"}
+
+
+def test_an_interrupted_run_ends_its_mlflow_run_as_killed(store, tmp_path):
+    stop = tmp_path / "stop"
+    stop.touch()  # stops the run at the first check, after the seed's validation
+    result = optimize_sim(tracking="mlflow", stop_file=str(stop))
+    assert "stop file" in result.stop_reason
+    run = only_run(store)
+    assert run.info.status == "FINISHED"  # a stop the user asked for through the run's options: finished
+
+    def interrupt(kind, data):
+        if kind == "iteration":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        optimize_sim(tracking="mlflow", on_event=interrupt)
+    runs = store.search_runs([run.info.experiment_id])
+    assert {r.info.status for r in runs} == {"FINISHED", "KILLED"}
+
+
+@pytest.mark.parametrize(("stop", "status"), [("interrupted (SIGTERM)", "KILLED"),
+                                              ("LM unavailable: 5 LM calls in a row failed", "FAILED"),
+                                              ("budget spent", "FINISHED")])
+def test_the_stop_reason_decides_the_mlflow_status(store, stop, status):
+    import dataclasses
+
+    result = dataclasses.replace(optimize_sim(), stop_reason=stop)
+    tracker = MlflowTracker()
+    tracker.start(name="r", params={"budget": 120}, ledger=result.ledger)
+    tracker("done", {"result": result})
+    tracker.close()
+    run = only_run(store)
+    assert run.info.status == status and run.data.tags["gepetto.stop_reason"] == stop

@@ -168,6 +168,11 @@ class MlflowTracker:
                 status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
                 client.set_tag(run_id, "gepetto.error", redact(f"{type(error).__name__}: {error}")[:5000])
             if self._result is not None:
+                stop = str(self._result.stop_reason)
+                if stop.startswith("interrupted"):  # Ctrl-C, SIGTERM: a stored run resumes (a new MLflow run)
+                    status = "KILLED"
+                elif stop.startswith("LM unavailable"):
+                    status = "FAILED"
                 self._log_result(self._result)
         except Exception as exc:
             self._warn(f"could not log the result ({type(exc).__name__}: {exc})")
