@@ -7,6 +7,7 @@ run store, report, and MLflow tracking if asked.
 
     python examples/gepa_adapter.py                 # local Qwen2.5-Coder 0.5B (task) and 1.5B (reflection)
     python examples/gepa_adapter.py --scripted      # scripted models: seconds, no model files
+    python examples/gepa_adapter.py --scripted-reflection   # local task model, scripted reflection
     python examples/gepa_adapter.py --track mlflow  # also log to MLflow (MLFLOW_TRACKING_URI, ...)
 
 Needs `pip install gepa` (for the DefaultAdapter; the integration itself does not import gepa).
@@ -38,7 +39,7 @@ def local_model(name: str = "qwen2.5-coder-0.5b"):
 
     def model(messages) -> str:
         # the adapter runs in a gepetto worker thread: a short event loop of its own per call
-        return asyncio.run(lm.complete(list(messages), temperature=0.0, max_tokens=48)).text
+        return asyncio.run(lm.complete(list(messages), temperature=0.0, max_tokens=24)).text
 
     return model
 
@@ -62,6 +63,7 @@ def scripted_reflection(messages, params) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scripted", action="store_true", help="scripted task and reflection models (fast, offline)")
+    ap.add_argument("--scripted-reflection", action="store_true", help="the local task model, a scripted reflection")
     ap.add_argument("--budget", type=int, default=42)
     ap.add_argument("--storage", default=None, help="run store (SQLite) to keep the run in, e.g. gepetto.sqlite")
     ap.add_argument("--run", default=None, help="run name in the store (an existing run is resumed)")
@@ -69,7 +71,8 @@ def main() -> None:
     args = ap.parse_args()
 
     model = scripted_model if args.scripted else local_model()
-    reflection = ScriptedLM(scripted_reflection) if args.scripted else "local:qwen2.5-coder-1.5b"
+    scripted = args.scripted or args.scripted_reflection
+    reflection = ScriptedLM(scripted_reflection) if scripted else "local:qwen2.5-coder-1.5b"
     adapter = DefaultAdapter(model=model)
     result = gepa_adapter.optimize(adapter, SEED, DATA[:6], DATA[6:], reflection_lm=reflection, budget=args.budget,
                                    storage=args.storage, run=args.run, tracking=args.track, use_merge=False)

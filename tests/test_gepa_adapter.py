@@ -245,3 +245,30 @@ def test_gepas_default_adapter_runs_on_gepettos_engine():
     prompt = reflection.calls[0][0][1]["content"]
     # DefaultAdapter's records: the country as input, the model's answer, and its evaluator's feedback
     assert "The correct answer is '" in prompt and "is a country." in prompt
+
+
+def test_an_adapter_that_takes_one_component_per_call_and_one_that_fails():
+    class OneAtATime(TriageAdapter):
+        def __init__(self):
+            super().__init__()
+            self.asked = []
+
+        def make_reflective_dataset(self, candidate, eval_batch, components_to_update):
+            self.asked.append(list(components_to_update))
+            assert len(components_to_update) == 1  # like gepa's DefaultAdapter
+            if components_to_update == ["greeting"]:
+                raise RuntimeError("no records for greetings")
+            return super().make_reflective_dataset(candidate, eval_batch, components_to_update)
+
+    adapter = OneAtATime()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result, _, reflection = run_triage(adapter, budget=60)
+    # one failed call with both components, then one component per call on every rollout
+    assert adapter.asked[0] == ["keywords", "greeting"] and ["keywords", "greeting"] not in adapter.asked[1:]
+    assert sum("make_reflective_dataset failed for component 'greeting'" in str(w.message) for w in caught) == 1
+    # the greeting has no records: reflection on it saw whole rollouts, with the adapter's outputs
+    prompts = [call[0][1]["content"] for call in reflection.calls]
+    on_greeting = [p for p in prompts if "<current_instruction>\nHi.\n" in p]
+    assert on_greeting and "[Program output]" in on_greeting[0] and '"reply": "Hi. We got' in on_greeting[0]
+    assert result.best_score > result.seed_score

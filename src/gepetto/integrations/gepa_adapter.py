@@ -143,6 +143,7 @@ class AdapterRun:
         self._verdicts: dict[int, tuple[Any, list[str], Any]] = {}  # id(trace) -> (score, feedbacks, objectives)
         self._verdict_lock = threading.Lock()
         self._warned: set[str] = set()
+        self._one_by_one = False  # the adapter takes one component per make_reflective_dataset call
 
     def _candidate(self, candidate: Candidate) -> dict[str, str]:
         """The candidate as the adapter expects it: a plain dict, in the seed's component order."""
@@ -173,11 +174,14 @@ class AdapterRun:
         component per call (gepa's DefaultAdapter asserts it). A component whose records cannot be made gets
         none: reflection then sees the whole rollout."""
         adapter = self.adapter
-        try:
-            dataset = self._call(adapter.make_reflective_dataset, texts, eval_batch, list(self.components))
-            per_component = {c: (dataset or {}).get(c) for c in self.components}
-        except Exception:
-            per_component = {}
+        per_component: dict[str, Any] = {}
+        if len(self.components) > 1 and not self._one_by_one:
+            try:
+                dataset = self._call(adapter.make_reflective_dataset, texts, eval_batch, list(self.components))
+                per_component = {c: (dataset or {}).get(c) for c in self.components}
+            except Exception:
+                self._one_by_one = True  # remembered: no failing call on every rollout
+        if not per_component:
             for c in self.components:
                 try:
                     one = self._call(adapter.make_reflective_dataset, texts, eval_batch, [c])
