@@ -23,6 +23,7 @@ from gepetto.config import (
     EngineConfig,
     ExecutorName,
     Proposer,
+    TrackingName,
     UnknownOptionError,
 )
 from gepetto.engine.executors import Executor, aclose_executor
@@ -31,6 +32,7 @@ from gepetto.events import Callbacks, Event, StopReason, as_callbacks
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
 from gepetto.program import Metric, Program, Rollout, run_rollout, single_instruction
+from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
 from gepetto.types import Candidate, Example
 
 if TYPE_CHECKING:
@@ -210,6 +212,26 @@ def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metr
                             config=engine_config(args["config"], args))
 
 
+def _engine_tracking(engine: Engine, metric: Metric, args: Mapping[str, Any]) -> dict[str, Any]:
+    """What a tracker is started with for a run without a store: the engine's configuration and ledger."""
+    from gepetto.runner import _lm_label, _qualified_name
+
+    program = args["program"]
+    params = {"task": _qualified_name(program if program is not None else metric),
+              "task_lm": _lm_label(args["task_lm"]), "reflection_lm": _lm_label(args["reflection_lm"]),
+              "n_train": len(engine.trainset), "n_val": len(engine.valset), "components": engine.components,
+              **engine.config.model_dump()}
+    return {"name": None, "params": params, "ledger": engine.state.ledger}
+
+
+def _tracker(args: dict[str, Any]) -> Tracker | None:
+    """The tracker `tracking=` asks for (None: none), put after the user's callbacks in `args`."""
+    tracker = make_tracker(args["tracking"])
+    if tracker is not None:
+        args["callbacks"] = with_tracker(args["callbacks"], tracker)
+    return tracker
+
+
 def _engine_for(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: dict[str, Any]) -> Engine:
     return build_engine(seed_candidate, trainset, metric, valset=args["valset"], program=args["program"],
                         task_lm=args["task_lm"], reflection_lm=args["reflection_lm"], callbacks=args["callbacks"],
@@ -230,6 +252,7 @@ async def optimize_async(
     storage: str | Path | None = None,
     run: str | None = None,
     cache: CacheMode | None = None,
+    tracking: TrackingName | Tracker | None = None,
     config: EngineConfig | Mapping[str, Any] | None = None,
     budget: int | None = None,
     seed: int | None = None,
@@ -263,12 +286,15 @@ async def optimize_async(
 ) -> Result:
     """Async `optimize`: same arguments, for callers already inside an event loop."""
     args = dict(locals())
+    tracker = _tracker(args)
     stored = _open_stored(seed_candidate, trainset, metric, args)
     if stored is not None:
-        return await stored.run_async()
+        with tracked(tracker, **stored.tracking_info()):
+            return await stored.run_async()
     engine = _engine_for(seed_candidate, trainset, metric, args)
     try:
-        return await engine.run()
+        with tracked(tracker, **_engine_tracking(engine, metric, args)):
+            return await engine.run()
     finally:
         await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run
 
@@ -287,6 +313,7 @@ def optimize(
     storage: str | Path | None = None,
     run: str | None = None,
     cache: CacheMode | None = None,
+    tracking: TrackingName | Tracker | None = None,
     config: EngineConfig | Mapping[str, Any] | None = None,
     budget: int | None = None,
     seed: int | None = None,
@@ -334,12 +361,18 @@ def optimize(
     the run store under the name `run` (default: generated), where `gepetto runs/show/report/export` see it;
     calling again with the same `run` resumes it exactly, and a changed seed, examples or path-changing option
     is refused with a ConfigError (the budget may grow). `cache`: the LM response cache (docs/runs.md).
+    `tracking="mlflow"` also logs the run to MLflow (params, metrics per iteration, best candidate, report;
+    docs/integrations.md), or give a tracker object (gepetto.tracking); it is called after `callbacks`.
     """
     args = dict(locals())
+    tracker = _tracker(args)
     stored = _open_stored(seed_candidate, trainset, metric, args)
     if stored is not None:
-        return stored.run()
-    return run_engine(_engine_for(seed_candidate, trainset, metric, args))
+        with tracked(tracker, **stored.tracking_info()):
+            return stored.run()
+    engine = _engine_for(seed_candidate, trainset, metric, args)
+    with tracked(tracker, **_engine_tracking(engine, metric, args)):
+        return run_engine(engine)
 
 
 @dataclass

@@ -145,7 +145,8 @@ def _config_parameters() -> list[inspect.Parameter]:
         flag = "--" + name.replace("_", "-")
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         panel = str(extra.get("group", "Options"))
-        decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
+        aliases = [str(a) for a in cast(list, extra.get("cli_aliases") or [])]  # e.g. --track for --tracking
+        decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag, *aliases]
         option = typer.Option(None, *decls, help=_help(field, field.annotation), rich_help_panel=panel,
                               show_default=False, metavar=None if kind is not None else "YAML")
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
@@ -205,7 +206,7 @@ def optimize(
             name, result = start_or_resume(cfg, storage=storage, run=run, callbacks=progress, explicit=explicit)
     except (ConfigError, StoreError) as exc:
         raise _fail(str(exc), 2) from None
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
         raise _fail(f"{type(exc).__name__}: {exc}", 2) from None
     except Exception as exc:
         raise _fail(f"the run failed: {type(exc).__name__}: {exc}", 1) from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -21,6 +21,7 @@ Accept = Literal["strict", "non_decreasing"]
 Proposer = Literal["edit", "rewrite"]
 CacheMode = Literal["auto", "always", "off"]
 ExecutorName = Literal["local", "ray"]  # the names of engine/executors.py's EXECUTORS
+TrackingName = Literal["mlflow"]  # experiment trackers (gepetto.tracking)
 DEFAULT_TASK_LM = "local:qwen2.5-coder-0.5b"  # the embedded default (docs/lm.md)
 DEFAULT_REFLECTION_LM = "local:qwen2.5-coder-1.5b"
 
@@ -31,8 +32,9 @@ RUN, STOP, SEARCH, REFLECTION, EDIT, MERGE, TASK = (
 # options that may change when a stored run is resumed (they do not alter the path the run has taken so far)
 RESUMABLE_CHANGES = frozenset({"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices",
                                "max_lm_failures", "lm_retry_pause", "executor", "ray_address"})
-# options of one session, never stored with a run (a stop file stops this session only)
-SESSION_ONLY = frozenset({"stop_file"})
+# options of one session, never stored with a run (a stop file stops this session only; each session of a tracked
+# run is tracked as its own run, and only when asked for)
+SESSION_ONLY = frozenset({"stop_file", "tracking"})
 # prefix of a task or an LM that is a Python object given to gepetto.optimize() (not loadable from a name)
 PYTHON = "python:"
 
@@ -45,11 +47,16 @@ class UnknownOptionError(ConfigError, TypeError):
     """A keyword argument no function of the API takes (a TypeError too, as Python's own would be)."""
 
 
-def _field(default: Any, description: str, group: str, **constraints: Any) -> Any:
+def _field(default: Any, description: str, group: str, *, cli_aliases: tuple[str, ...] = (),
+           **constraints: Any) -> Any:
+    """A field with its description and its CLI group (and other flags for its CLI option, if any)."""
+    extra: dict[str, Any] = {"group": group}
+    if cli_aliases:
+        extra["cli_aliases"] = list(cli_aliases)
     if isinstance(default, (dict, list)):  # a fresh copy for each config
         return Field(default_factory=lambda: copy.deepcopy(default), description=description,
-                     json_schema_extra={"group": group}, **constraints)
-    return Field(default, description=description, json_schema_extra={"group": group}, **constraints)
+                     json_schema_extra=extra, **constraints)
+    return Field(default, description=description, json_schema_extra=extra, **constraints)
 
 
 class _Options(BaseModel):
@@ -181,7 +188,20 @@ class RunConfig(EngineConfig):
         "local", "Where rollouts run: local (this process) or ray (Ray tasks, extra gepetto[ray]; "
         "docs/integrations.md).", RUN)
 
+    # where else the run is logged (gepetto.tracking): given for each session, never stored
+    tracking: TrackingName | None = _field(
+        None, "Also log the run to an experiment tracker: mlflow (where: MLFLOW_TRACKING_URI, "
+        "MLFLOW_EXPERIMENT_NAME; extra gepetto[mlflow]; docs/integrations.md).", RUN, cli_aliases=("--track",))
+
     _executor_objects: ClassVar[bool] = False
+
+    @field_validator("tracking", mode="before")
+    @classmethod
+    def _known_tracker(cls, v: Any) -> Any:
+        accepted = get_args(TrackingName)
+        if isinstance(v, str) and v not in accepted:
+            raise ValueError(f"unknown tracking {v!r}; accepted: {', '.join(accepted)}")
+        return v
 
     @model_validator(mode="before")
     @classmethod

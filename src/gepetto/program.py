@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gepetto.lm.base import LM, Completion, LMError, LMUnavailable, Message
-from gepetto.types import Candidate, Example, Score
+from gepetto.types import Candidate, Example, Score, ScoreRangeError
 
 Program = Callable[[Candidate, Example, "Context"], Any]  # may be sync or async
 Metric = Callable[[Example, Any, "list[TraceEntry]"], "Score | float | Awaitable[Score | float]"]
@@ -33,10 +33,16 @@ class TraceEntry:
     inputs: str  # the non-system messages, rendered as text
     output: str
     finish_reason: str = "stop"
+    # feedback on this component's part in the run, when the program knows it (a gepa adapter's reflective
+    # dataset, a DSPy per-predictor feedback); reflection on the component shows it instead of the rollout's
+    feedback: str | None = None
 
     def to_dict(self) -> dict[str, str]:
-        return {"component": self.component, "inputs": self.inputs, "output": self.output,
-                "finish_reason": self.finish_reason}
+        out = {"component": self.component, "inputs": self.inputs, "output": self.output,
+               "finish_reason": self.finish_reason}
+        if self.feedback is not None:
+            out["feedback"] = self.feedback
+        return out
 
 
 def render_value(value: Any) -> str:
@@ -83,17 +89,19 @@ class Context:
             raise RuntimeError("ctx.lm called outside a gepetto run")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def record(self, component: str, *, inputs: Any, output: Any) -> Any:
+    def record(self, component: str, *, inputs: Any, output: Any, feedback: str | None = None) -> Any:
         """Record what `component` did on this run when it is used outside `ctx.lm` (a regex applied, a tool
         described, a config read): a trace entry for reflection on that component. Returns `output`.
 
         `inputs` and `output` may be any JSON-able value; they are rendered as text. Same call in sync and async
         programs (nothing to await). Record the data the component worked on, not the component's own text:
-        reflection already shows that text.
+        reflection already shows that text. `feedback`: what went right or wrong in this component's part, when
+        the program knows it; reflection on the component then shows it instead of the metric's feedback.
         """
         if component not in self.candidate:
             raise KeyError(f"program recorded component {component!r}; candidate has {list(self.candidate)}")
-        self.trace.append(TraceEntry(component, render_value(inputs), render_value(output)))
+        self.trace.append(TraceEntry(component, render_value(inputs), render_value(output),
+                                     feedback=None if feedback is None else str(feedback)))
         return output
 
     async def _call(self, component: str, user: str | Sequence[Message], params: Mapping[str, Any]) -> str:
@@ -141,6 +149,14 @@ def check_metric(runs: Sequence[Rollout]) -> None:
     """Raise MetricError when every rollout failed in the metric with the same kind of error (a broken metric
     would otherwise score 0 everywhere and burn the whole budget)."""
     failed = [r for r in runs if r.stage == "metric"]
+    # a score outside [0, 1] is a misconfigured metric on any example, not a verdict on this one
+    ranged = [r for r in failed if (r.error or "").startswith(ScoreRangeError.__name__)]
+    if ranged:
+        first = ranged[0]
+        raise MetricError(
+            f"the metric returned a score outside [0, 1] on {len(ranged)} of {len(runs)} validation examples of the "
+            f"seed, e.g. on {first.example_id!r}: {first.error}. Scores must be in [0, 1]; fix the metric and run "
+            "again")
     kinds = {(r.error or "").split(":", 1)[0] for r in failed}
     if runs and len(failed) == len(runs) and len(kinds) == 1:
         first = failed[0]

@@ -36,6 +36,7 @@ from gepetto.lm.base import LM
 from gepetto.program import Metric, MetricError, Program, Task
 from gepetto.secrets import redact
 from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts, dumps
+from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
 from gepetto.types import Candidate, Example
 
 DEFAULT_STORAGE = "gepetto.sqlite"
@@ -190,6 +191,11 @@ class StoredRun:
         """Run to the end in a fresh event loop; Ctrl-C or SIGTERM stops it gracefully (resumable)."""
         return asyncio.run(self.run_async(own_loop=True))
 
+    def tracking_info(self) -> dict[str, Any]:
+        """What a tracker (gepetto.tracking) is started with: the run's name, configuration, ledger and store."""
+        return {"name": self.name, "params": {"run": self.name, **self.config.model_dump()}, "ledger": self.ledger,
+                "store_path": self.store.path}
+
 
 def open_run(
     cfg: RunConfig,
@@ -275,14 +281,19 @@ def start_or_resume(
     callbacks: ev.Callbacks = None,
     stop_file: str | None = None,
     explicit: set[str] | None = None,
+    tracking: str | Tracker | None = None,
 ) -> tuple[str, Result]:
     """Run `cfg` (a built-in task or a task target) under the name `run` in the store; resume it if it exists.
 
     On resume the stored configuration wins; options in `explicit` (given by the user this time) may change
-    only if they are in RESUMABLE_CHANGES, otherwise a ConfigError says which differ.
+    only if they are in RESUMABLE_CHANGES, otherwise a ConfigError says which differ. `tracking` (default: the
+    config's): "mlflow" (or a tracker object) logs the run there too (gepetto.tracking).
     """
-    stored = open_run(cfg, storage=storage, run=run, explicit=explicit, callbacks=callbacks, stop_file=stop_file)
-    return stored.name, stored.run()
+    tracker = make_tracker(tracking if tracking is not None else cfg.tracking)
+    stored = open_run(cfg, storage=storage, run=run, explicit=explicit, callbacks=with_tracker(callbacks, tracker),
+                      stop_file=stop_file)
+    with tracked(tracker, **stored.tracking_info()):
+        return stored.name, stored.run()
 
 
 def _lm_label(lm: LM | str) -> str:

@@ -104,6 +104,10 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__}: {value!r}"[:200]
 
 
+class ScoreRangeError(ValueError):
+    """A score outside [0, 1] (or NaN): the metric is misconfigured, whatever the candidate."""
+
+
 @dataclass(frozen=True)
 class Score:
     """A metric's verdict on one rollout: value in [0, 1], feedback in words, optional named objectives.
@@ -123,7 +127,7 @@ class Score:
         if v is None:
             raise TypeError(f"Score.value must be a number in [0, 1], got {_shown(self.value)}")
         if math.isnan(v) or not 0.0 <= v <= 1.0:
-            raise ValueError(f"Score.value must be in [0, 1], got {_shown(self.value)}")
+            raise ScoreRangeError(f"Score.value must be in [0, 1], got {_shown(self.value)}")
         object.__setattr__(self, "value", v)
         if self.objectives:  # numpy scalars become floats (they are stored as JSON)
             objectives = {k: x if (x := as_real(o)) is not None else o for k, o in self.objectives.items()}

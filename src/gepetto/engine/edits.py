@@ -31,6 +31,7 @@ from gepetto.engine.reflect import (
     _normal,
     between_tags,
     clip,
+    component_feedback,
     drop_repeats,
     echo_fraction,
     has_scaffolding,
@@ -102,10 +103,11 @@ def shown(rollout: Rollout, component: str, limit: int = 600, example: Example |
     if calls:
         inputs = "\n".join(t.inputs for t in calls)
         output = "\n".join(t.output for t in calls)
+        feedback = component_feedback(rollout, calls)
     else:
         run = whole_run(rollout, example)
-        inputs, output = run.inputs, run.output
-    return Shown(clip(inputs, limit), clip(output, limit // 2), clip(rollout.score.feedback, limit // 2),
+        inputs, output, feedback = run.inputs, run.output, run.feedback
+    return Shown(clip(inputs, limit), clip(output, limit // 2), clip(feedback, limit // 2),
                  rollout.score.value, whole_run=not calls)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gepetto.lm.base import Message
-from gepetto.program import Rollout, format_inputs, render_value
+from gepetto.program import Rollout, TraceEntry, format_inputs, render_value
 from gepetto.types import Example
 
 OPEN_TAG, CLOSE_TAG = "<new_instruction>", "</new_instruction>"
@@ -166,11 +166,19 @@ def reflective_examples(
         calls = [t for t in r.trace if t.component == component]
         if calls:
             out.append(ReflectionExample("\n---\n".join(t.inputs for t in calls),
-                                         "\n---\n".join(t.output for t in calls), r.score.feedback, r.score.value))
+                                         "\n---\n".join(t.output for t in calls), component_feedback(r, calls),
+                                         r.score.value))
         else:
             out.append(whole_run(r, by_id.get(r.example_id)))
     # failures first: they carry the lessons; at equal score the component's own trace before a whole run
     return sorted(out, key=lambda e: (e.score, e.whole_run))
+
+
+def component_feedback(rollout: Rollout, calls: Sequence[TraceEntry]) -> str:
+    """The feedback reflection shows for a component's trace entries: their own feedback where the program
+    recorded one (each distinct text once, in order), else the metric's feedback on the whole rollout."""
+    own = list(dict.fromkeys(t.feedback for t in calls if t.feedback))
+    return "\n".join(own) if own else rollout.score.feedback
 
 
 def whole_run(rollout: Rollout, example: Example | None) -> ReflectionExample:

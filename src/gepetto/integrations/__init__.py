@@ -1,1 +1,2 @@
-"""Optional integrations (each an extra, imported only when used): `gepetto.integrations.ray`, ..."""
+"""Optional integrations (Ray, gepa adapters, MLflow): each an extra that imports its own heavy dependency only
+when used, and the engine never imports any of them."""
