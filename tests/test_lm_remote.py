@@ -421,3 +421,20 @@ def test_each_event_loop_gets_its_own_client_closed_when_the_loop_ends(server) -
         await lm.complete(MSG)  # a later call in the same loop makes a new client
 
     asyncio.run(explicit())
+
+
+async def test_a_slow_client_setup_is_not_counted_against_the_request_timeout() -> None:
+    """The first call imports the client library and makes the HTTP client (seconds on a busy machine): that
+    must not time out the requests waiting behind it, nor show up as retries in the ledger."""
+    import time
+
+    class SlowSetup(OpenAILM):
+        def _new_client(self):
+            time.sleep(0.5)  # like `import openai` under load: blocks the event loop
+            return super()._new_client()
+
+    with FakeOpenAIServer() as srv:
+        lm = SlowSetup("m", base_url=srv.url, timeout=0.3, backoff=0.001)
+        outs = await asyncio.gather(*(lm.complete([{"role": "user", "content": f"hi {i}"}]) for i in range(6)))
+    assert [o.attempts for o in outs] == [1] * 6
+    assert len(srv.requests) == 6
