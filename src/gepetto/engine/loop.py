@@ -435,7 +435,7 @@ class Engine:
         cfg, st = self.config, self.state
         rng = self._rng()
         st.merges_due -= 1
-        means = [r.mean for r in st.records]
+        means = st.means
         found = find_merge(st.archive.front, [r.candidate for r in st.records],
                            [r.parents for r in st.records], means, st.merge_tried, rng)
         if found is None:
