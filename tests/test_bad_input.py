@@ -223,6 +223,66 @@ def test_corrupted_store_file_when_optimizing_is_one_clear_error(cli, tmp_path) 
     assert (tmp_path / "runs.sqlite").read_bytes() == JUNK  # the user's file is left as it was
 
 
+def _damage_store(path, first_page: int) -> None:
+    """Scramble the pages of a real store from `first_page` on (page 1 holds the header and the schema): a file
+    that opens as SQLite and fails when some of its tables are read, as after a disk error or a copy cut short."""
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    data = bytearray(path.read_bytes())
+    for off in range(page * (first_page - 1), len(data)):
+        data[off] = (data[off] * 7 + 13) & 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("first_page", [2, 4])  # 2: no table is readable; 4: the runs table still is
+@pytest.mark.parametrize("command", [["runs"], ["show", "r"], ["report", "r", "-o", "r.html"], ["export", "r"],
+                                     ["optimize", *SIM, "--budget", 60, "--run", "r", "-q"]])
+def test_store_damaged_inside_is_one_clear_error(cli, tmp_path, command, first_page) -> None:
+    assert cli("optimize", *SIM, "--budget", 30, "--run", "r", "--storage", "runs.sqlite", "-q").exit_code == 0
+    _damage_store(tmp_path / "runs.sqlite", first_page)
+    res = cli(*command, "--storage", "runs.sqlite")
+    assert res.exit_code == 2 and "is not a usable gepetto run store (database disk image is malformed)" in res.output
+
+
+def test_store_disk_full_is_one_clear_error_and_the_run_resumes(cli, tmp_path, monkeypatch) -> None:
+    """A full disk is simulated by SQLite's own size limit (max_page_count): writes fail with SQLITE_FULL."""
+    args = ["optimize", *SIM, "--budget", 300, "--run", "r", "-q"]
+    assert cli(*args, "--storage", "whole.sqlite").exit_code == 0
+    real_connect = sqlite3.connect
+
+    def small_disk(*a, **kw):
+        db = real_connect(*a, **kw)
+        db.execute("PRAGMA max_page_count = 16")
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", small_disk)
+    res = cli(*args, "--storage", "runs.sqlite")
+    assert res.exit_code == 2
+    assert "the run store runs.sqlite cannot grow (database or disk is full): free some space and resume" in res.output
+    monkeypatch.setattr(sqlite3, "connect", real_connect)  # space freed
+    stopped = RunStore("runs.sqlite").count_rollouts("r")
+    assert stopped > 0 and cli(*args, "--storage", "runs.sqlite").exit_code == 0
+    whole, resumed = (RunStore(p).get_run("r").result for p in ("whole.sqlite", "runs.sqlite"))
+    assert [c["texts"] for c in resumed["candidates"]] == [c["texts"] for c in whole["candidates"]]
+    assert resumed["best_score"] == whole["best_score"] and resumed["rollouts_used"] == whole["rollouts_used"]
+
+
+def test_a_damaged_response_cache_means_uncached_calls_not_failed_rollouts(tmp_path) -> None:
+    import asyncio
+
+    from gepetto.lm.cache import CachedLM
+
+    cached = CachedLM(sim.SimTaskLM(), tmp_path / "cache.sqlite")
+    messages = [{"role": "system", "content": "Apply rule-1."}, {"role": "user", "content": "question 5 kind 1"}]
+    assert asyncio.run(cached.complete(messages)).text == "answer-5"
+    cached._db.execute("DROP TABLE lm_cache")  # what a damaged file does to the reads and writes: they fail
+    with pytest.warns(UserWarning, match="response cache .* cannot be used .*no such table"):
+        out = asyncio.run(cached.complete(messages))
+    assert out.text == "answer-5" and not out.cached
+
+
 def test_sqlite_file_of_something_else_is_one_clear_error(cli, tmp_path) -> None:
     db = sqlite3.connect(tmp_path / "other.sqlite")
     db.execute("CREATE TABLE t (x)")
