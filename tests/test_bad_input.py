@@ -6,6 +6,7 @@ code 2 and one `error:` line.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import sqlite3
@@ -30,10 +31,10 @@ def optimize(trainset, valset=None, metric=None, program=None, seed="Answer the 
                             task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), **config)
 
 
-def evaluate(metric=None, program=None, examples=None, candidate="Answer the question."):
+def evaluate(metric=None, program=None, examples=None, candidate="Answer the question.", **options):
     task = sim.task(n_train=3, n_val=3)
     return gepetto.evaluate(candidate, examples or task.valset, metric or task.metric,
-                            program=program or task.program, task_lm=sim.SimTaskLM())
+                            program=program or task.program, task_lm=sim.SimTaskLM(), **options)
 
 
 @pytest.fixture
@@ -133,6 +134,63 @@ def test_program_raising_is_a_failed_rollout_and_the_run_goes_on() -> None:
     ev = evaluate(program=program, examples=sim.examples(3, 2, "v"))
     failed = [r for r in ev.rollouts if r.error]
     assert failed and all("RuntimeError: the tool crashed" in r.error for r in failed)
+
+
+def test_program_hanging_is_cut_by_the_rollout_timeout_and_the_run_goes_on() -> None:
+    async def program(candidate, example, ctx):
+        if example.id.endswith("1"):
+            await asyncio.sleep(3600)  # a tool that never answers
+        return await ctx.lm("instruction", example["q"])
+
+    result = optimize(sim.examples(6, 2, "t"), sim.examples(4, 2, "v"), program=program, budget=40,
+                      rollout_timeout=0.3)
+    assert result.rollouts_used > 4 and result.best_score > 0
+    ev = gepetto.evaluate("Answer. Apply rule-1. Apply rule-0.", sim.examples(4, 2, "v"), sim.metric,
+                          program=program, task_lm=sim.SimTaskLM(), rollout_timeout=0.3)
+    hung = [r for r in ev.rollouts if r.error]
+    assert [r.example_id for r in hung] == ["v-1"] and hung[0].stage == "program"
+    assert hung[0].error == "TimeoutError: no result within 0.3 s (rollout_timeout)"
+    assert "took longer than the 0.3 s allowed per rollout" in hung[0].score.feedback
+    assert ev.mean == 0.75  # the others were scored as usual
+
+
+def test_metric_hanging_is_cut_by_the_rollout_timeout() -> None:
+    async def metric(example, output, trace):
+        await asyncio.sleep(3600)  # e.g. a judge LM that never answers, behind no timeout of its own
+
+    ev = evaluate(metric=metric, rollout_timeout=0.2)
+    assert all(r.stage == "metric" and r.error.startswith("TimeoutError") for r in ev.rollouts)
+
+
+HUNG_SYNC_PROGRAM = """
+import threading, gepetto
+from gepetto import sim
+
+def program(candidate, example, ctx):
+    if example.id.endswith("1"):
+        threading.Event().wait()  # a sync program that hangs for good: its thread can only be abandoned
+    return ctx.lm("instruction", example["q"])
+
+r = gepetto.optimize("Answer the question.", sim.examples(6, 2, "t"), sim.metric, valset=sim.examples(4, 2, "v"),
+                     program=program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), budget=30,
+                     rollout_timeout=0.3)
+print("done", r.rollouts_used, r.stop_reason)
+"""
+
+
+def test_sync_program_hanging_is_cut_and_does_not_hold_up_the_end_of_the_run() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", HUNG_SYNC_PROGRAM], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("done "), proc.stdout
+
+
+@pytest.mark.parametrize("value", [0, -1, "30", True])
+def test_invalid_rollout_timeout_is_one_clear_error(value) -> None:
+    with pytest.raises(ValueError, match="rollout_timeout must be a number of seconds above 0"):
+        optimize(sim.examples(3, 2, "t"), rollout_timeout=value)
 
 
 # ---- metrics ----------------------------------------------------------------------------------------

@@ -163,10 +163,12 @@ async def evaluate_async(
     task_lm: LM | str = "local:qwen2.5-coder-0.5b",
     max_concurrency: int = 8,
     lm_params: Mapping[str, Any] | None = None,
+    rollout_timeout: float | None = None,
 ) -> Evaluation:
     """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout.
 
-    A program or metric error scores 0; an LM that gives no answer at all raises `LMUnavailable` instead.
+    A program or metric error scores 0, as does a rollout longer than `rollout_timeout` seconds; an LM that gives
+    no answer at all raises `LMUnavailable` instead.
     """
     cand, program = candidate_and_program(candidate, program)
     lm, data = RedactingLM(resolve_lm(task_lm)), as_examples(examples)
@@ -175,7 +177,7 @@ async def evaluate_async(
 
     async def one(ex: Example) -> Rollout:
         async with sem:
-            return await run_rollout(program, metric, cand, ex, lm, params)
+            return await run_rollout(program, metric, cand, ex, lm, params, rollout_timeout)
 
     runs = list(await asyncio.gather(*(one(ex) for ex in data)))
     return Evaluation(sum(r.score.value for r in runs) / len(runs) if runs else float("nan"), runs)

@@ -75,6 +75,9 @@ class EngineConfig:
     # LMSetupError such as HTTP 401 stops it at once), keeping everything paid so far
     max_lm_failures: int = 5
     lm_retry_pause: float = 5.0
+    # seconds one rollout (program and metric) may take; a longer one scores 0 with the timeout as feedback. Set
+    # it above the slowest normal rollout, LM retries included (None: no limit; a sync metric cannot be cut short)
+    rollout_timeout: float | None = None
 
 
 @dataclass
@@ -536,7 +539,8 @@ class Engine:
 
     async def _run_rollout(self, sem: asyncio.Semaphore, candidate: Candidate, ex: Example) -> Rollout:
         async with sem:
-            return await run_rollout(self.program, self.metric, candidate, ex, self.task_lm, self.config.task_lm_params)
+            return await run_rollout(self.program, self.metric, candidate, ex, self.task_lm, self.config.task_lm_params,
+                                     self.config.rollout_timeout)
 
     async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """`call(...)`, made again while the LM infrastructure fails (LMUnavailable: no answer, so no result to
@@ -731,6 +735,9 @@ def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Examp
         raise ValueError(f"component_descriptions names {unknown}, not in the seed candidate ({list(seed)})")
     if cfg.minibatch_size < 1 or cfg.max_concurrency < 1 or cfg.reflection_attempts < 1 or cfg.max_lm_failures < 1:
         raise ValueError("minibatch_size, max_concurrency, reflection_attempts and max_lm_failures must be at least 1")
+    timeout = cfg.rollout_timeout
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
+        raise ValueError(f"rollout_timeout must be a number of seconds above 0 (or None), got {cfg.rollout_timeout!r}")
     if cfg.budget < len(val):
         raise ValueError(
             f"budget {cfg.budget} is smaller than one validation pass ({len(val)} rollouts for the seed); "
