@@ -82,8 +82,14 @@ def test_budget_below_one_validation_pass_is_one_clear_error() -> None:
 def test_duplicate_ids_within_a_split_are_one_clear_error() -> None:
     dup = [Example({"question": "question 1 kind 0"}, "answer-1", id="same"),
            Example({"question": "question 2 kind 0"}, "answer-2", id="same")]
-    with pytest.raises(ValueError, match="duplicate example ids"):
+    with pytest.raises(ValueError, match=r"trainset has duplicate example ids \('same'\)"):
         optimize(dup)
+
+
+def test_identical_examples_without_ids_are_one_clear_error() -> None:
+    data = [{"q": "question 1 kind 0", "answer": "answer-1"}] * 2 + [{"q": "question 2 kind 0", "answer": "answer-2"}]
+    with pytest.raises(ValueError, match="two identical examples share one: drop the copies or give ids"):
+        optimize(data)
 
 
 def test_same_id_for_different_examples_across_splits_is_one_clear_error() -> None:

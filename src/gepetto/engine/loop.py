@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -718,7 +719,11 @@ def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Examp
     for name, data in (("trainset", train), ("valset", val)):
         ids = [e.id for e in data]
         if len(set(ids)) != len(ids):
-            raise ValueError(f"{name} has duplicate example ids; every example needs a distinct id")
+            dup = [i for i, n in Counter(ids).items() if n > 1]
+            shown = ", ".join(repr(i) for i in dup[:3]) + (f" and {len(dup) - 3} more" if len(dup) > 3 else "")
+            raise ValueError(f"{name} has duplicate example ids ({shown}); every example needs a distinct id "
+                             "(an example given without one gets it from its inputs and gold, so two identical "
+                             "examples share one: drop the copies or give ids)")
     # rollouts are keyed by (candidate, example id) across splits: one id must name one example everywhere
     in_train = {e.id: e for e in train}
     for e in val:
