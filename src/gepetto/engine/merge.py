@@ -71,8 +71,8 @@ def find_merge(
 ) -> tuple[int, int, Candidate] | None:
     """A pair on the front with a common ancestor whose merge is new (not a parent, not in the pool)."""
     known = {c.id for c in candidates}
-    pairs = [(i, j) for k, i in enumerate(front) for j in front[k + 1 :] if (min(i, j), max(i, j)) not in tried]
-    rng.shuffle(pairs)
+    pairs = [(i, j) for k, i in enumerate(front) for j in front[k + 1 :] if ((i, j) if i < j else (j, i)) not in tried]
+    rng.shuffle(pairs)  # O(front²), like the pair list: which pair comes first depends on the whole shuffle
     # each front member's ancestors, walked once (not once per pair), and in order of preference: the best shared
     # ancestor of a pair (highest mean, then the earliest) is the first of i's that j shares too
     lineage: dict[int, set[int]] = {}
@@ -86,7 +86,7 @@ def find_merge(
         return lineage[k]
 
     for i, j in pairs:
-        tried.add((min(i, j), max(i, j)))
+        tried.add((i, j) if i < j else (j, i))
         ai, aj = ancestors_of(i), ancestors_of(j)
         if i in aj or j in ai:
             continue
