@@ -147,7 +147,7 @@ class StoreError(RuntimeError):
 
 def store_error(path: Path, exc: BaseException) -> StoreError:
     text = str(exc)
-    if "full" in text:  # SQLITE_FULL: the disk (or a size limit) is full
+    if "is full" in text:  # SQLITE_FULL ("database or disk is full"): the disk, or a size limit
         return StoreError(f"the run store {path} cannot grow ({text}): free some space and resume the run (all it "
                           "stored so far is kept), or pass another --storage")
     if "not a database" in text or "malformed" in text or "no such table" in text:
