@@ -6,6 +6,7 @@ code 2 and one `error:` line.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import sqlite3
@@ -29,10 +30,10 @@ def optimize(trainset, valset=None, metric=None, program=None, seed="Answer the 
                             task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), **config)
 
 
-def evaluate(metric=None, program=None, examples=None, candidate="Answer the question."):
+def evaluate(metric=None, program=None, examples=None, candidate="Answer the question.", **options):
     task = sim.task(n_train=3, n_val=3)
     return gepetto.evaluate(candidate, examples or task.valset, metric or task.metric,
-                            program=program or task.program, task_lm=sim.SimTaskLM())
+                            program=program or task.program, task_lm=sim.SimTaskLM(), **options)
 
 
 @pytest.fixture
@@ -80,8 +81,14 @@ def test_budget_below_one_validation_pass_is_one_clear_error() -> None:
 def test_duplicate_ids_within_a_split_are_one_clear_error() -> None:
     dup = [Example({"question": "question 1 kind 0"}, "answer-1", id="same"),
            Example({"question": "question 2 kind 0"}, "answer-2", id="same")]
-    with pytest.raises(ValueError, match="duplicate example ids"):
+    with pytest.raises(ValueError, match=r"trainset has duplicate example ids \('same'\)"):
         optimize(dup)
+
+
+def test_identical_examples_without_ids_are_one_clear_error() -> None:
+    data = [{"q": "question 1 kind 0", "answer": "answer-1"}] * 2 + [{"q": "question 2 kind 0", "answer": "answer-2"}]
+    with pytest.raises(ValueError, match="two identical examples share one: drop the copies or give ids"):
+        optimize(data)
 
 
 def test_same_id_for_different_examples_across_splits_is_one_clear_error() -> None:
@@ -132,6 +139,63 @@ def test_program_raising_is_a_failed_rollout_and_the_run_goes_on() -> None:
     ev = evaluate(program=program, examples=sim.examples(3, 2, "v"))
     failed = [r for r in ev.rollouts if r.error]
     assert failed and all("RuntimeError: the tool crashed" in r.error for r in failed)
+
+
+def test_program_hanging_is_cut_by_the_rollout_timeout_and_the_run_goes_on() -> None:
+    async def program(candidate, example, ctx):
+        if example.id.endswith("1"):
+            await asyncio.sleep(3600)  # a tool that never answers
+        return await ctx.lm("instruction", example["q"])
+
+    result = optimize(sim.examples(6, 2, "t"), sim.examples(4, 2, "v"), program=program, budget=40,
+                      rollout_timeout=0.3)
+    assert result.rollouts_used > 4 and result.best_score > 0
+    ev = gepetto.evaluate("Answer. Apply rule-1. Apply rule-0.", sim.examples(4, 2, "v"), sim.metric,
+                          program=program, task_lm=sim.SimTaskLM(), rollout_timeout=0.3)
+    hung = [r for r in ev.rollouts if r.error]
+    assert [r.example_id for r in hung] == ["v-1"] and hung[0].stage == "program"
+    assert hung[0].error == "TimeoutError: no result within 0.3 s (rollout_timeout)"
+    assert "took longer than the 0.3 s allowed per rollout" in hung[0].score.feedback
+    assert ev.mean == 0.75  # the others were scored as usual
+
+
+def test_metric_hanging_is_cut_by_the_rollout_timeout() -> None:
+    async def metric(example, output, trace):
+        await asyncio.sleep(3600)  # e.g. a judge LM that never answers, behind no timeout of its own
+
+    ev = evaluate(metric=metric, rollout_timeout=0.2)
+    assert all(r.stage == "metric" and r.error.startswith("TimeoutError") for r in ev.rollouts)
+
+
+HUNG_SYNC_PROGRAM = """
+import threading, gepetto
+from gepetto.testing import sim
+
+def program(candidate, example, ctx):
+    if example.id.endswith("1"):
+        threading.Event().wait()  # a sync program that hangs for good: its thread can only be abandoned
+    return ctx.lm("instruction", example["q"])
+
+r = gepetto.optimize("Answer the question.", sim.examples(6, 2, "t"), sim.metric, valset=sim.examples(4, 2, "v"),
+                     program=program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), budget=30,
+                     rollout_timeout=0.3)
+print("done", r.rollouts_used, r.stop_reason)
+"""
+
+
+def test_sync_program_hanging_is_cut_and_does_not_hold_up_the_end_of_the_run() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", HUNG_SYNC_PROGRAM], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("done "), proc.stdout
+
+
+@pytest.mark.parametrize("value", [0, -1, "30", True])
+def test_invalid_rollout_timeout_is_one_clear_error(value) -> None:
+    with pytest.raises(gepetto.ConfigError, match="rollout_timeout: must be a number of seconds above 0"):
+        optimize(sim.examples(3, 2, "t"), rollout_timeout=value)
 
 
 # ---- metrics ----------------------------------------------------------------------------------------
@@ -220,6 +284,66 @@ def test_corrupted_store_file_when_optimizing_is_one_clear_error(cli, tmp_path) 
     res = cli("optimize", *SIM, "--budget", 30, "--storage", "runs.sqlite", "-q")
     assert res.exit_code == 2 and "is not a usable gepetto run store" in res.output
     assert (tmp_path / "runs.sqlite").read_bytes() == JUNK  # the user's file is left as it was
+
+
+def _damage_store(path, first_page: int) -> None:
+    """Scramble the pages of a real store from `first_page` on (page 1 holds the header and the schema): a file
+    that opens as SQLite and fails when some of its tables are read, as after a disk error or a copy cut short."""
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    data = bytearray(path.read_bytes())
+    for off in range(page * (first_page - 1), len(data)):
+        data[off] = (data[off] * 7 + 13) & 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("first_page", [2, 4])  # 2: no table is readable; 4: the runs table still is
+@pytest.mark.parametrize("command", [["runs"], ["show", "r"], ["report", "r", "-o", "r.html"], ["export", "r"],
+                                     ["optimize", *SIM, "--budget", 60, "--run", "r", "-q"]])
+def test_store_damaged_inside_is_one_clear_error(cli, tmp_path, command, first_page) -> None:
+    assert cli("optimize", *SIM, "--budget", 30, "--run", "r", "--storage", "runs.sqlite", "-q").exit_code == 0
+    _damage_store(tmp_path / "runs.sqlite", first_page)
+    res = cli(*command, "--storage", "runs.sqlite")
+    assert res.exit_code == 2 and "is not a usable gepetto run store (database disk image is malformed)" in res.output
+
+
+def test_store_disk_full_is_one_clear_error_and_the_run_resumes(cli, tmp_path, monkeypatch) -> None:
+    """A full disk is simulated by SQLite's own size limit (max_page_count): writes fail with SQLITE_FULL."""
+    args = ["optimize", *SIM, "--budget", 300, "--run", "r", "-q"]
+    assert cli(*args, "--storage", "whole.sqlite").exit_code == 0
+    real_connect = sqlite3.connect
+
+    def small_disk(*a, **kw):
+        db = real_connect(*a, **kw)
+        db.execute("PRAGMA max_page_count = 16")
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", small_disk)
+    res = cli(*args, "--storage", "runs.sqlite")
+    assert res.exit_code == 2
+    assert "the run store runs.sqlite cannot grow (database or disk is full): free some space and resume" in res.output
+    monkeypatch.setattr(sqlite3, "connect", real_connect)  # space freed
+    stopped = RunStore("runs.sqlite").count_rollouts("r")
+    assert stopped > 0 and cli(*args, "--storage", "runs.sqlite").exit_code == 0
+    whole, resumed = (RunStore(p).get_run("r").result for p in ("whole.sqlite", "runs.sqlite"))
+    assert [c["texts"] for c in resumed["candidates"]] == [c["texts"] for c in whole["candidates"]]
+    assert resumed["best_score"] == whole["best_score"] and resumed["rollouts_used"] == whole["rollouts_used"]
+
+
+def test_a_damaged_response_cache_means_uncached_calls_not_failed_rollouts(tmp_path) -> None:
+    import asyncio
+
+    from gepetto.lm.cache import CachedLM
+
+    cached = CachedLM(sim.SimTaskLM(), tmp_path / "cache.sqlite")
+    messages = [{"role": "system", "content": "Apply rule-1."}, {"role": "user", "content": "question 5 kind 1"}]
+    assert asyncio.run(cached.complete(messages)).text == "answer-5"
+    cached._db.execute("DROP TABLE lm_cache")  # what a damaged file does to the reads and writes: they fail
+    with pytest.warns(UserWarning, match="response cache .* cannot be used .*no such table"):
+        out = asyncio.run(cached.complete(messages))
+    assert out.text == "answer-5" and not out.cached
 
 
 def test_sqlite_file_of_something_else_is_one_clear_error(cli, tmp_path) -> None:

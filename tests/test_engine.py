@@ -181,6 +181,64 @@ def test_find_merge_needs_a_common_ancestor_and_a_new_child():
     assert find_merge([0, 1], cands, parents, [0.0, 0.5, 0.5], set(), random.Random(0)) is None  # ancestor
 
 
+def _find_merge_reference(front, candidates, parents, means, tried, rng):
+    """find_merge as first written (ancestors walked anew for every pair): what the faster one must equal."""
+    from gepetto.engine.merge import ancestors
+
+    known = {c.id for c in candidates}
+    pairs = [(i, j) for k, i in enumerate(front) for j in front[k + 1:] if (min(i, j), max(i, j)) not in tried]
+    rng.shuffle(pairs)
+    for i, j in pairs:
+        tried.add((min(i, j), max(i, j)))
+        common = ancestors(i, parents) & ancestors(j, parents)
+        if not common or i in ancestors(j, parents) or j in ancestors(i, parents):
+            continue
+        anc = max(common, key=lambda k: (means[k], -k))
+        child = merge_texts(candidates[i], candidates[j], candidates[anc], means[i], means[j], rng)
+        if child.id not in known:
+            return i, j, child
+    return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 40), st.integers(0, 10**6), st.sampled_from(["tree", "chain", "forest"]))
+def test_find_merge_equals_the_reference_on_random_lineages(n, seed, shape):
+    rng = random.Random(seed)
+    parents, cands = [()], [Candidate(a="A0", b="B0")]
+    for i in range(1, n):
+        if shape == "forest" and rng.random() < 0.2:
+            par = ()  # a second root: some pairs share no ancestor
+        elif shape == "chain":
+            par = (i - 1,)
+        elif rng.random() < 0.15 and i > 2:
+            par = tuple(sorted(rng.sample(range(i), 2)))
+        else:
+            par = (rng.randrange(i),)
+        parents.append(par)
+        base = cands[par[0]] if par else cands[0]
+        comp = rng.choice("ab")
+        cands.append(base.replace(comp, base[comp] + f"\nline {i}" if rng.random() < 0.5 else f"{comp}{i}"))
+    means = [rng.choice([0.0, 0.25, 0.5, 0.75, 1.0]) for _ in range(n)]
+    front = sorted(rng.sample(range(n), rng.randint(1, n)))
+    tried = {(min(p), max(p)) for p in (rng.sample(range(n), 2) for _ in range(rng.randint(0, 3)))}
+    got_tried, want_tried = set(tried), set(tried)
+    r1, r2 = random.Random(seed), random.Random(seed)
+    for _ in range(3):  # successive merge steps share `tried` and the RNG
+        got = find_merge(front, cands, parents, means, got_tried, r1)
+        want = _find_merge_reference(front, cands, parents, means, want_tried, r2)
+        assert got == want and got_tried == want_tried and r1.getstate() == r2.getstate()
+
+
+def test_state_keeps_each_candidates_mean_once():
+    from gepetto.engine.state import CandidateRecord, RunState
+
+    state = RunState(["x", "y", "z"], budget=100)
+    for i, scores in enumerate([(0.1, 0.2, 0.7), (1.0, 0.0, 0.3), (0.3, 0.3, 0.3)]):
+        state.add_record(CandidateRecord(i, Candidate(a=str(i)), (), "seed", 0, None,
+                                         dict(zip("xyz", scores, strict=True)), 0))
+    assert state.means == [r.mean for r in state.records] and state.best() is state.records[1]
+
+
 def test_target_score_and_stop_file(tmp_path):
     result = run(budget=200, target_score=0.5)
     assert result.stop_reason is StopReason.TARGET_REACHED and 0.5 <= result.best_score < 1.0

@@ -17,11 +17,12 @@ def optimize(**options):
 
 class CountingExecutor(LocalExecutor):
     def __init__(self):
-        self.pairs, self.closed = [], 0
+        self.pairs, self.closed, self.timeouts = [], 0, set()
 
-    async def run(self, program, metric, candidate, example, task_lm, lm_params=None):
+    async def run(self, program, metric, candidate, example, task_lm, lm_params=None, *, timeout=None):
         self.pairs.append((candidate.id, example.id))
-        return await super().run(program, metric, candidate, example, task_lm, lm_params)
+        self.timeouts.add(timeout)
+        return await super().run(program, metric, candidate, example, task_lm, lm_params, timeout=timeout)
 
     async def aclose(self):
         self.closed += 1
@@ -38,8 +39,9 @@ def test_an_executor_object_runs_every_paid_rollout_once_and_changes_nothing():
 
 def test_an_executor_object_in_a_config_is_the_same_object():
     executor = CountingExecutor()
-    result = optimize(config=EngineConfig(executor=executor, budget=100))
+    result = optimize(config=EngineConfig(executor=executor, budget=100, rollout_timeout=30))
     assert len(executor.pairs) == result.rollouts_used and executor.closed == 1
+    assert executor.timeouts == {30}  # the engine's rollout_timeout reaches the executor
 
 
 def test_executor_names_are_checked():

@@ -16,7 +16,7 @@ from gepetto.lm.names import make_lm, parse_lm_name
 from gepetto.lm.openai import OpenAILM
 from gepetto.lm.remote import RateLimiter, parse_retry_after
 from gepetto.program import run_rollout, single_instruction
-from gepetto.testing import FakeOpenAIServer, ScriptedLM
+from gepetto.testing import FAULT_KINDS, FakeOpenAIServer, ScriptedLM
 from gepetto.types import Example, Score
 
 MSG = [{"role": "user", "content": "hello"}]
@@ -71,13 +71,33 @@ async def test_429_honours_retry_after_then_succeeds(server) -> None:
     assert (u.calls, u.retries, u.errors) == (1, 2, 0)
 
 
-@pytest.mark.parametrize("fault", ["500", "503", "reset", "malformed", "no_choices"])
+@pytest.mark.parametrize("fault", ["500", "503", "reset", "malformed", "empty", "no_choices"])
 async def test_transient_faults_are_retried(server, fault: str) -> None:
     server.faults["m"] = [fault, fault]
     lm = lm_for(server)
     out = await lm.complete(MSG)
     assert out.text == "echo: hello" and out.attempts == 3
     assert len(lm.waits) == 2
+
+
+async def test_random_faults_are_seeded_by_the_request_not_the_timing() -> None:
+    """`random_faults`: a share of a model's requests fail, the same ones on every run (a retry draws anew)."""
+    async def one_run(order):
+        with FakeOpenAIServer() as srv:
+            # no "timeout" kind here: a client timeout on a busy machine would be a retry the seed did not draw
+            srv.random_faults("m", 0.3, seed=4, retry_after="0", kinds=("429", "500", "reset", "empty", "malformed"))
+            lm = lm_for(srv, timeout=30)
+            ledger = Ledger()
+            metered = MeteredLM(lm, ledger, "task")
+            outs = await asyncio.gather(*(metered.complete([{"role": "user", "content": f"q{i}"}]) for i in order))
+            return srv.injected, ledger.roles["task"], sorted(o.text for o in outs), srv.requests
+
+    injected, usage, texts, requests = await one_run(range(40))
+    again = await one_run(reversed(range(40)))
+    assert injected == again[0] and texts == again[2]  # same faults whatever the order of the requests
+    assert sum(injected.values()) == usage.retries == len(requests) - 40 and 4 <= usage.retries <= 30
+    assert {k for _, k in injected} <= set(FAULT_KINDS) - {"timeout"} and len({k for _, k in injected}) >= 3
+    assert usage.errors == 0 and texts == sorted(f"echo: q{i}" for i in range(40))
 
 
 async def test_backoff_grows_exponentially_with_jitter(server) -> None:
@@ -421,3 +441,20 @@ def test_each_event_loop_gets_its_own_client_closed_when_the_loop_ends(server) -
         await lm.complete(MSG)  # a later call in the same loop makes a new client
 
     asyncio.run(explicit())
+
+
+async def test_a_slow_client_setup_is_not_counted_against_the_request_timeout() -> None:
+    """The first call imports the client library and makes the HTTP client (seconds on a busy machine): that
+    must not time out the requests waiting behind it, nor show up as retries in the ledger."""
+    import time
+
+    class SlowSetup(OpenAILM):
+        def _new_client(self):
+            time.sleep(0.5)  # like `import openai` under load: blocks the event loop
+            return super()._new_client()
+
+    with FakeOpenAIServer() as srv:
+        lm = SlowSetup("m", base_url=srv.url, timeout=0.3, backoff=0.001)
+        outs = await asyncio.gather(*(lm.complete([{"role": "user", "content": f"hi {i}"}]) for i in range(6)))
+    assert [o.attempts for o in outs] == [1] * 6
+    assert len(srv.requests) == 6

@@ -1,6 +1,7 @@
 """Rollouts as Ray tasks on a local Ray (2 CPUs): the same run as the local executor, the same budget and ledger,
 exact resume across executors, and clear errors for what cannot travel to a worker."""
 
+import asyncio
 import sys
 import threading
 
@@ -8,6 +9,7 @@ import pytest
 
 import gepetto
 from gepetto.config import load_config
+from gepetto.events import RolloutFinished
 from gepetto.runner import start_or_resume
 from gepetto.testing import FakeOpenAIServer, sim, sim_responder
 
@@ -88,6 +90,32 @@ def test_a_program_the_workers_cannot_import_stops_the_run_with_a_clear_error(lo
     task.program, task.seed_candidate = sync_program, gepetto.Candidate(a="Answer the question.")
     with pytest.raises(ExecutorError, match=r"could not be loaded in a Ray worker.*ModuleNotFoundError.*runtime_env"):
         optimize(task, task_lm=sim.SimTaskLM(), budget=40, executor="ray")
+
+
+async def hangs_on_one(candidate, example, ctx):
+    """The simulated program, except that it never ends on one example (a tool that never answers)."""
+    if example.id.endswith("-1"):
+        await asyncio.Event().wait()
+    return await ctx.lm("instruction", example.inputs["q"])
+
+
+def test_the_rollout_timeout_is_applied_in_the_worker(local_ray):
+    task = sim.task(n_train=4, n_val=4)
+    task.program = hangs_on_one
+    errors = {}
+
+    def failed(event):
+        if isinstance(event, RolloutFinished) and event.error:
+            errors[event.example] = event.error
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:  # the budget pays for the seed's validation only
+        result = optimize(task, task_lm=sim.SimTaskLM(), budget=4, rollout_timeout=10, executor="ray",
+                          callbacks=failed)
+    finally:
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert result.rollouts_used == 4
+    assert errors == {"val-1": "TimeoutError: no result within 10 s (rollout_timeout)"}
 
 
 class LockedLM(sim.SimTaskLM):

@@ -168,3 +168,32 @@ def test_lm_failure_options_are_run_options():
     assert load_config(max_lm_failures=2, lm_retry_pause=0.5).max_lm_failures == 2
     with pytest.raises(ConfigError, match="max_lm_failures"):
         load_config(max_lm_failures=0)
+
+
+def test_killed_inside_store_transactions_and_lm_calls_resumes_exactly(tmp_path, monkeypatch):
+    """SIGKILL with a run-store transaction open (statements run, no COMMIT) and inside LM calls; the resumed run
+    equals an uninterrupted one and pays again only for the rollouts that were in flight (the full table:
+    benchmarks/reliability/kills.py)."""
+    monkeypatch.setenv("KILL_RUN_CACHE", "off")  # every rollout is paid with one task-LM call: count them
+    monkeypatch.setenv("KILL_RUN_PAID", str(tmp_path / "paid-whole"))
+    whole = _run(tmp_path / "whole.sqlite", "r", "never", 3)
+    assert whole.returncode == 0, whole.stderr
+    expected, _ = _final(tmp_path / "whole.sqlite", "r")
+    paid_whole = (tmp_path / "paid-whole").read_text().split()
+    monkeypatch.setenv("KILL_RUN_PAID", str(tmp_path / "paid"))
+    storage = tmp_path / "killed.sqlite"
+    lost = []
+    for when in ["tx:put_rollout:20", "tx:put_candidate:3", "call:reflection:2", "tx:put_lm_answer:2"]:
+        calls = (tmp_path / "paid").read_text().split().count("task") if (tmp_path / "paid").exists() else 0
+        stored = RunStore(storage).count_rollouts("r") if storage.exists() else 0
+        killed = _run(storage, "r", when, 3)
+        assert killed.returncode == -9, (when, killed.stdout, killed.stderr)
+        lost.append((tmp_path / "paid").read_text().split().count("task") - calls
+                    - (RunStore(storage).count_rollouts("r") - stored))
+    final = _run(storage, "r", "never", 3)
+    assert final.returncode == 0, final.stderr
+    assert _final(storage, "r")[0] == expected
+    paid = (tmp_path / "paid").read_text().split()
+    assert paid.count("task") - paid_whole.count("task") == sum(lost)  # paid twice: only what was lost in flight
+    assert all(0 <= n <= 4 for n in lost)  # at most max_concurrency rollouts are in flight
+    assert RunStore(storage).count_rollouts("r") == expected["rollouts_used"]

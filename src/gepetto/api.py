@@ -157,6 +157,7 @@ def build_engine(
     max_idle_iterations: int | None = None,
     max_lm_failures: int | None = None,
     lm_retry_pause: float | None = None,
+    rollout_timeout: float | None = None,
     executor: ExecutorName | Executor | None = None,
     ray_address: str | None = None,
     minibatch_size: int | None = None,
@@ -266,6 +267,7 @@ async def optimize_async(
     max_idle_iterations: int | None = None,
     max_lm_failures: int | None = None,
     lm_retry_pause: float | None = None,
+    rollout_timeout: float | None = None,
     executor: ExecutorName | Executor | None = None,
     ray_address: str | None = None,
     minibatch_size: int | None = None,
@@ -327,6 +329,7 @@ def optimize(
     max_idle_iterations: int | None = None,
     max_lm_failures: int | None = None,
     lm_retry_pause: float | None = None,
+    rollout_timeout: float | None = None,
     executor: ExecutorName | Executor | None = None,
     ray_address: str | None = None,
     minibatch_size: int | None = None,
@@ -398,12 +401,13 @@ async def evaluate_async(
     config: EngineConfig | Mapping[str, Any] | None = None,
     max_concurrency: int | None = None,
     task_lm_params: Mapping[str, Any] | None = None,
+    rollout_timeout: float | None = None,
 ) -> Evaluation:
     """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout.
 
-    `max_concurrency` and `task_lm_params` are the EngineConfig options of that name (from `config`, default
-    EngineConfig()). A program or metric error scores 0; an LM that gives no answer at all raises
-    `LMUnavailable` instead.
+    `max_concurrency`, `task_lm_params` and `rollout_timeout` are the EngineConfig options of that name (from
+    `config`, default EngineConfig()). A program or metric error scores 0, as does a rollout longer than
+    `rollout_timeout` seconds; an LM that gives no answer at all raises `LMUnavailable` instead.
     """
     cfg = engine_config(config, locals())
     cand, program = candidate_and_program(candidate, program)
@@ -412,7 +416,7 @@ async def evaluate_async(
 
     async def one(ex: Example) -> Rollout:
         async with sem:
-            return await run_rollout(program, metric, cand, ex, lm, cfg.task_lm_params)
+            return await run_rollout(program, metric, cand, ex, lm, cfg.task_lm_params, cfg.rollout_timeout)
 
     runs = list(await asyncio.gather(*(one(ex) for ex in data)))
     return Evaluation(sum(r.score.value for r in runs) / len(runs) if runs else float("nan"), runs)
@@ -429,6 +433,7 @@ def evaluate(
     config: EngineConfig | Mapping[str, Any] | None = None,
     max_concurrency: int | None = None,
     task_lm_params: Mapping[str, Any] | None = None,
+    rollout_timeout: float | None = None,
 ) -> Evaluation:
     """`evaluate_async` in a fresh event loop; the task LM's HTTP client is closed before the loop ends."""
 
@@ -436,7 +441,7 @@ def evaluate(
         try:
             return await evaluate_async(candidate, examples, metric, program=program, task_lm=task_lm,
                                         config=config, max_concurrency=max_concurrency,
-                                        task_lm_params=task_lm_params)
+                                        task_lm_params=task_lm_params, rollout_timeout=rollout_timeout)
         finally:
             if not isinstance(task_lm, str):
                 await aclose_lm(task_lm)

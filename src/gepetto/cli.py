@@ -71,6 +71,8 @@ def _snapshot(storage: str, run: str) -> dict[str, Any]:
         return run_snapshot(_open_store(storage), run)
     except KeyError as exc:
         raise _fail(str(exc.args[0]), 2) from None
+    except StoreError as exc:  # e.g. a damaged page found while reading
+        raise _fail(str(exc), 2) from None
 
 
 def _task_options(items: list[str] | None) -> dict[str, Any] | None:
@@ -231,21 +233,29 @@ def runs(storage: str = StorageOpt) -> None:
     store = _open_store(storage)
     table = Table("status", "task", "best", "seed score", "rollouts", "cost", "age")
     table.columns.insert(0, Column("name", no_wrap=True))  # names are what users type: never cut them
-    for info in store.list_runs():
-        res = info.result or {}
-        best = res.get("best_score")
-        if best is None:
-            means = [c["mean"] for c in store.candidates(info.name)]
-            i = best_index(means)
-            best = None if i is None else means[i]
-        ledger = res.get("ledger") or store.ledger(info.name)
-        cost = sum(u.get("cost", 0.0) for u in ledger.values())
-        used = res.get("rollouts_used", store.count_rollouts(info.name))
+    try:
+        rows = [(info, *_run_row(store, info)) for info in store.list_runs()]
+    except StoreError as exc:  # e.g. a damaged page found while reading
+        raise _fail(str(exc), 2) from None
+    for info, res, best, cost, used in rows:
         table.add_row(_t(info.name), info.shown_status, _t(info.config.get("task", "")),
                       "-" if best is None else f"{best:.3f}",
                       "-" if res.get("seed_score") is None else f"{res['seed_score']:.3f}",
                       f"{used}/{info.config.get('budget', '?')}", f"${cost:.4f}", _age(info.updated))
     console.print(table)
+
+
+def _run_row(store: Any, info: Any) -> tuple[dict[str, Any], float | None, float, int]:
+    """A stored run's result, best score, cost and rollouts, for `gepetto runs`."""
+    res = info.result or {}
+    best = res.get("best_score")
+    if best is None:
+        means = [c["mean"] for c in store.candidates(info.name)]
+        i = best_index(means)
+        best = None if i is None else means[i]
+    ledger = res.get("ledger") or store.ledger(info.name)
+    cost = sum(u.get("cost", 0.0) for u in ledger.values())
+    return res, best, cost, res.get("rollouts_used", store.count_rollouts(info.name))
 
 
 def _age(t: float) -> str:

@@ -93,6 +93,11 @@ class EngineConfig(_Options):
     max_lm_failures: int = _field(5, "LM outages in a row (or of one call) that stop the run (resumable).", STOP,
                                   ge=1)
     lm_retry_pause: float = _field(5.0, "Seconds before a call the LM gave no answer to is made again.", STOP, ge=0)
+    # a rollout (program and metric) that takes longer scores 0 with the timeout as feedback, and the run goes on.
+    # Set it above the slowest normal rollout, LM retries included (a sync metric cannot be cut short)
+    rollout_timeout: float | None = _field(
+        None, "Seconds one rollout (program and metric) may take; a longer one scores 0 with the timeout as "
+        "feedback (default: no limit).", RUN, gt=0)
     # where rollouts run (engine/executors.py): in this process, or as Ray tasks on the cluster at `ray_address`
     # (or a local Ray started for the run); in Python also an Executor object. The run is the same either way
     executor: ExecutorName | Executor = _field(
@@ -134,6 +139,14 @@ class EngineConfig(_Options):
     max_merges: int = _field(5, "Merges at most.", MERGE, ge=0)
 
     _executor_objects: ClassVar[bool] = True  # an Executor object is an option of one process, never stored
+
+    @field_validator("rollout_timeout", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any) -> Any:
+        # strict: a flag or a text is a mistake, not a number of seconds to guess from
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+            raise ValueError("must be a number of seconds above 0 (or None)")
+        return v
 
     @field_validator("executor", mode="before")
     @classmethod

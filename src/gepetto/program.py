@@ -11,9 +11,12 @@ as a trace entry like those of `ctx.lm`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
 import json
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,20 +176,27 @@ async def run_rollout(
     example: Example,
     task_lm: LM,
     lm_params: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
 ) -> Rollout:
-    """Run the program and the metric; an exception in either becomes score 0 with the error as feedback.
+    """Run the program and the metric; an exception in either becomes score 0 with the error as feedback, and so
+    does a rollout that takes longer than `timeout` seconds (program and metric together; None: no limit).
 
     Except when the LM infrastructure failed (LMUnavailable, also wrapped by the program or metric as the cause
     of its own error): that is no verdict on the candidate, so it is raised for the caller to retry later.
     """
     ctx = Context(candidate, task_lm, dict(lm_params or {}), _loop=asyncio.get_running_loop())
     stage = "program"
-    try:
+
+    async def judged() -> Rollout:
+        nonlocal stage
         if _is_async(program):
             output = await program(candidate, example, ctx)
         else:
-            # sync programs run in a worker thread so their ctx.lm calls can wait on the event loop
-            output = await asyncio.to_thread(_run_sync, program, candidate, example, ctx)
+            # sync programs run in a worker thread so their ctx.lm calls can wait on the event loop; under a
+            # timeout, a thread of its own that may be left behind (a hung program cannot be stopped, only
+            # abandoned, and must not hold up the end of the run)
+            to_thread = asyncio.to_thread if timeout is None else _in_daemon_thread
+            output = await to_thread(_run_sync, program, candidate, example, ctx)
             if inspect.isawaitable(output):
                 output = await output
         stage = "metric"
@@ -194,15 +204,50 @@ async def run_rollout(
         if inspect.isawaitable(result):
             result = await result
         return Rollout(example.id, Score.coerce(result), output, ctx.trace)
+
+    started = time.monotonic()
+    try:
+        return await (judged() if timeout is None else asyncio.wait_for(judged(), timeout))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a failed rollout, not a failed run
         unavailable = _unavailable(exc)
         if unavailable is not None:
             raise unavailable from None
-        msg = f"{type(exc).__name__}: {exc}"
-        feedback = f"The {stage} raised an error on this example, so it scored 0. Error: {msg}"
+        if timeout is not None and isinstance(exc, asyncio.TimeoutError) and time.monotonic() - started >= timeout:
+            msg = f"TimeoutError: no result within {timeout:g} s (rollout_timeout)"
+            feedback = (f"The {stage} took longer than the {timeout:g} s allowed per rollout on this example, so it "
+                        "scored 0.")
+        else:
+            msg = f"{type(exc).__name__}: {exc}"
+            feedback = f"The {stage} raised an error on this example, so it scored 0. Error: {msg}"
         return Rollout(example.id, Score(0.0, feedback), None, ctx.trace, error=msg, stage=stage)
+
+
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future:
+    """`fn(*args)` in a new daemon thread, as a future of the running loop (like asyncio.to_thread, but a thread
+    that never returns does not keep the process alive)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if not future.done():  # it may have been cancelled (timed out) meanwhile
+            if exc is not None:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+    def work() -> None:
+        try:
+            result, exc = context.run(fn, *args), None
+        except BaseException as err:  # handed to the awaiting coroutine
+            result, exc = None, err
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=work, daemon=True, name="gepetto-program").start()
+    return future
 
 
 def _unavailable(exc: BaseException | None) -> LMUnavailable | None:

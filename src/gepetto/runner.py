@@ -9,6 +9,7 @@ to `gepetto.optimize` all go through one path, `open_run`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +36,7 @@ from gepetto.ledger import Ledger
 from gepetto.lm.base import LM
 from gepetto.program import Metric, MetricError, Program, Task
 from gepetto.secrets import redact
-from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts, dumps
+from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts, StoreError, dumps
 from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
 from gepetto.types import Candidate, Example
 
@@ -84,9 +85,15 @@ def load_run_task(cfg: RunConfig, ledger: Ledger) -> Task:
 def _cached(lm: Any, storage: Path, mode: CacheMode) -> Any:
     if mode == "off":
         return lm
-    from gepetto.lm.cache import CachedLM
+    import sqlite3
 
-    return CachedLM(lm, storage, mode=mode)
+    from gepetto.lm.cache import CachedLM
+    from gepetto.store.sqlite import store_error
+
+    try:
+        return CachedLM(lm, storage, mode=mode)
+    except sqlite3.Error as exc:
+        raise store_error(storage, exc) from None
 
 
 def _as_stored(obj: Any) -> Any:
@@ -173,11 +180,13 @@ class StoredRun:
         except MetricError:
             # the seed's rollouts hold no scores, only the broken metric's errors: a resume with a fixed metric
             # scores them again (the task LM's answers come back from the response cache)
-            store.delete_rollouts(name, self.task.seed_candidate.id)
-            store.finish_run(name, "failed", None)
+            with contextlib.suppress(StoreError):
+                store.delete_rollouts(name, self.task.seed_candidate.id)
+                store.finish_run(name, "failed", None)
             raise
         except BaseException:
-            store.finish_run(name, "failed", None)
+            with contextlib.suppress(StoreError):  # the store itself may be what failed (a full disk): say that
+                store.finish_run(name, "failed", None)
             raise
         # a run stopped by a Ctrl-C, SIGTERM or a failing LM endpoint has more to do: resuming it goes on
         status = "interrupted" if result.stop_reason.resumable else "finished"

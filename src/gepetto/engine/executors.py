@@ -29,7 +29,8 @@ class Executor(Protocol):
 
     Contract (what the engine relies on, so that every executor gives the same run):
     - `run(...)` returns what `gepetto.program.run_rollout(...)` returns for the same arguments: a `Rollout`, in
-      which an error of the program or the metric is a score-0 rollout with the error as feedback; and it raises
+      which an error of the program or the metric is a score-0 rollout with the error as feedback, as is a rollout
+      that took longer than `timeout` seconds (the engine's `rollout_timeout`; None: no limit); and it raises
       `LMUnavailable` (or a subclass) when the LM infrastructure gave no answer, so the engine retries later and
       nothing is counted.
     - Every LM call is accounted as if made through `task_lm`: when `task_lm` is a `MeteredLM`, its calls end in
@@ -42,7 +43,7 @@ class Executor(Protocol):
     """
 
     async def run(self, program: Program, metric: Metric, candidate: Candidate, example: Example, task_lm: LM,
-                  lm_params: Mapping[str, Any] | None = None) -> Rollout: ...
+                  lm_params: Mapping[str, Any] | None = None, *, timeout: float | None = None) -> Rollout: ...
 
     async def aclose(self) -> None: ...
 
@@ -55,8 +56,8 @@ class LocalExecutor:
         return cls()
 
     async def run(self, program: Program, metric: Metric, candidate: Candidate, example: Example, task_lm: LM,
-                  lm_params: Mapping[str, Any] | None = None) -> Rollout:
-        return await run_rollout(program, metric, candidate, example, task_lm, lm_params)
+                  lm_params: Mapping[str, Any] | None = None, *, timeout: float | None = None) -> Rollout:
+        return await run_rollout(program, metric, candidate, example, task_lm, lm_params, timeout)
 
     async def aclose(self) -> None:
         pass

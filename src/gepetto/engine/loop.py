@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -404,7 +405,7 @@ class Engine:
         cfg, st = self.config, self.state
         rng = self._rng()
         st.merges_due -= 1
-        means = [r.mean for r in st.records]
+        means = st.means
         found = find_merge(st.archive.front, [r.candidate for r in st.records],
                            [r.parents for r in st.records], means, st.merge_tried, rng)
         if found is None:
@@ -505,7 +506,7 @@ class Engine:
     async def _run_rollout(self, sem: asyncio.Semaphore, candidate: Candidate, ex: Example) -> Rollout:
         async with sem:
             return await self.executor.run(self.program, self.metric, candidate, ex, self.task_lm,
-                                           self.config.task_lm_params)
+                                           self.config.task_lm_params, timeout=self.config.rollout_timeout)
 
     async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """`call(...)`, made again while the LM infrastructure fails (LMUnavailable: no answer, so no result to
@@ -677,7 +678,11 @@ def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Examp
     for name, data in (("trainset", train), ("valset", val)):
         ids = [e.id for e in data]
         if len(set(ids)) != len(ids):
-            raise ValueError(f"{name} has duplicate example ids; every example needs a distinct id")
+            dup = [i for i, n in Counter(ids).items() if n > 1]
+            shown = ", ".join(repr(i) for i in dup[:3]) + (f" and {len(dup) - 3} more" if len(dup) > 3 else "")
+            raise ValueError(f"{name} has duplicate example ids ({shown}); every example needs a distinct id "
+                             "(an example given without one gets it from its inputs and gold, so two identical "
+                             "examples share one: drop the copies or give ids)")
     # rollouts are keyed by (candidate, example id) across splits: one id must name one example everywhere
     in_train = {e.id: e for e in train}
     for e in val:

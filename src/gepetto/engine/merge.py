@@ -39,6 +39,12 @@ def merge_texts(
 ) -> Candidate:
     """Per component: keep a text both share; else the one that changed; if both only appended lines, both
     sets of lines; otherwise the better parent's."""
+    return Candidate(_merged(a, b, ancestor, mean_a, mean_b, rng))
+
+
+def _merged(
+    a: Candidate, b: Candidate, ancestor: Candidate, mean_a: float, mean_b: float, rng: random.Random
+) -> dict[str, str]:
     texts: dict[str, str] = {}
     for name in ancestor:
         ta, tb, t0 = a[name], b[name], ancestor[name]
@@ -52,7 +58,7 @@ def merge_texts(
             texts[name] = ta if mean_a > mean_b else tb
         else:
             texts[name] = rng.choice((ta, tb))
-    return Candidate(texts)
+    return texts
 
 
 def find_merge(
@@ -65,15 +71,33 @@ def find_merge(
 ) -> tuple[int, int, Candidate] | None:
     """A pair on the front with a common ancestor whose merge is new (not a parent, not in the pool)."""
     known = {c.id for c in candidates}
-    pairs = [(i, j) for k, i in enumerate(front) for j in front[k + 1 :] if (min(i, j), max(i, j)) not in tried]
-    rng.shuffle(pairs)
+    pairs = [(i, j) for k, i in enumerate(front) for j in front[k + 1 :] if ((i, j) if i < j else (j, i)) not in tried]
+    rng.shuffle(pairs)  # O(front²), like the pair list: which pair comes first depends on the whole shuffle
+    # each front member's ancestors, walked once (not once per pair), and in order of preference: the best shared
+    # ancestor of a pair (highest mean, then the earliest) is the first of i's that j shares too
+    lineage: dict[int, set[int]] = {}
+    preferred: dict[int, list[int]] = {}
+    rank = [(m, -k) for k, m in enumerate(means)]
+
+    def ancestors_of(k: int) -> set[int]:
+        if k not in lineage:
+            lineage[k] = ancestors(k, parents)
+            preferred[k] = sorted(lineage[k], key=rank.__getitem__, reverse=True)
+        return lineage[k]
+
     for i, j in pairs:
-        tried.add((min(i, j), max(i, j)))
-        common = ancestors(i, parents) & ancestors(j, parents)
-        if not common or i in ancestors(j, parents) or j in ancestors(i, parents):
+        tried.add((i, j) if i < j else (j, i))
+        ai, aj = ancestors_of(i), ancestors_of(j)
+        if i in aj or j in ai:
             continue
-        anc = max(common, key=lambda k: (means[k], -k))  # the best shared ancestor
-        child = merge_texts(candidates[i], candidates[j], candidates[anc], means[i], means[j], rng)
+        anc = next((k for k in preferred[i] if k in aj), None)
+        if anc is None:  # no common ancestor
+            continue
+        a, b = candidates[i], candidates[j]
+        texts = _merged(a, b, candidates[anc], means[i], means[j], rng)
+        if all(texts[k] == a[k] for k in texts) or all(texts[k] == b[k] for k in texts):
+            continue  # one of the parents again (the usual case with one component): known, no need to hash it
+        child = Candidate(texts)
         if child.id not in known:
             return i, j, child
     return None

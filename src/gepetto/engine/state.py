@@ -86,6 +86,7 @@ class RunState:
     history: list[tuple[int, float]] = field(default_factory=list)  # (rollouts used, best mean) on change
     proposals: Counter = field(default_factory=Counter)  # outcome -> count
     ledger: Ledger = field(default_factory=Ledger)
+    means: list[float] = field(default_factory=list)  # records[i].mean, computed once per record
     archive: ParetoArchive = field(init=False)
 
     def __post_init__(self) -> None:
@@ -105,6 +106,7 @@ class RunState:
         row = [record.val_scores[i] for i in self.val_ids]
         record.index = self.archive.add(row)
         self.records.append(record)
-        best = self.best().mean
+        self.means.append(record.mean)
+        best = self.means[self.archive.best()]
         if not self.history or best != self.history[-1][1]:
             self.history.append((self.rollouts_used, best))

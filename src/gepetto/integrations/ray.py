@@ -172,10 +172,10 @@ class RayExecutor:
         return self._bundle
 
     async def run(self, program: Program, metric: Metric, candidate: Candidate, example: Example, task_lm: LM,
-                  lm_params: Mapping[str, Any] | None = None) -> Rollout:
+                  lm_params: Mapping[str, Any] | None = None, *, timeout: float | None = None) -> Rollout:
         ray = self._connect()
         bundle = self._bundle_for(program, metric, task_lm, lm_params or {})
-        ref = self._remote.remote(bundle.key, bundle.ref, candidate, example)
+        ref = self._remote.remote(bundle.key, bundle.ref, candidate, example, timeout)
         try:
             reply: _Reply = await asyncio.wrap_future(ref.future())  # also a Ray Client (ray://) reference
         except asyncio.CancelledError:
@@ -265,8 +265,10 @@ def _load(key: str, payload: bytes) -> _Loaded:
     return loaded
 
 
-def _worker_rollout(key: str, payload: bytes, candidate: Candidate, example: Example) -> _Reply:
-    """The Ray task: one rollout in this worker process, as `run_rollout` does it in the driver's."""
+def _worker_rollout(key: str, payload: bytes, candidate: Candidate, example: Example,
+                    timeout: float | None = None) -> _Reply:
+    """The Ray task: one rollout in this worker process, as `run_rollout` does it in the driver's (a rollout
+    longer than `timeout` seconds is cut there, as in the driver)."""
     try:
         loaded = _load(key, payload)
     except Exception as exc:
@@ -279,7 +281,7 @@ def _worker_rollout(key: str, payload: bytes, candidate: Candidate, example: Exa
     log = _CallLog()
     lm = MeteredLM(loaded.lm, log, "task")
     future = asyncio.run_coroutine_threadsafe(
-        run_rollout(loaded.program, loaded.metric, candidate, example, lm, loaded.lm_params), _worker_loop())
+        run_rollout(loaded.program, loaded.metric, candidate, example, lm, loaded.lm_params, timeout), _worker_loop())
     try:
         return _Reply(future.result(), log.calls)
     except LMUnavailable as exc:

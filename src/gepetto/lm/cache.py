@@ -14,6 +14,7 @@ import json
 import sqlite3
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -49,6 +50,7 @@ class CachedLM:
             raise ValueError(f"cache mode must be 'auto' or 'always', got {mode!r}")
         self.lm, self.mode, self.name = lm, mode, lm.name
         self.hits = self.misses = 0
+        self.path, self._warned = Path(path), False
         self._lock = threading.Lock()
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         create_private_file(path)
@@ -64,18 +66,31 @@ class CachedLM:
         return self.mode == "always" or float(params.get("temperature") or 0.0) == 0.0
 
     def get(self, key: str) -> Completion | None:
-        with self._lock:
-            row = self._db.execute("SELECT text, finish_reason, input_tokens, output_tokens, estimated "
-                                   "FROM lm_cache WHERE key = ?", (key,)).fetchone()
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT text, finish_reason, input_tokens, output_tokens, estimated "
+                                       "FROM lm_cache WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error as exc:  # a damaged file: a miss (the LM answers), never a failed rollout
+            self._broken(exc)
+            return None
         if row is None:
             return None
         return Completion(row[0], Usage(row[2], row[3], bool(row[4])), row[1], cached=True)
 
     def put(self, key: str, out: Completion) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO lm_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                             (key, redact(self.name), redact(out.text), out.finish_reason, out.usage.input_tokens,
-                              out.usage.output_tokens, int(out.usage.estimated), time.time()))
+        try:
+            with self._lock:
+                self._db.execute("INSERT OR REPLACE INTO lm_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                 (key, redact(self.name), redact(out.text), out.finish_reason, out.usage.input_tokens,
+                                  out.usage.output_tokens, int(out.usage.estimated), time.time()))
+        except sqlite3.Error as exc:  # a full disk or a damaged file: the answer is good, only not kept
+            self._broken(exc)
+
+    def _broken(self, exc: sqlite3.Error) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"the LM response cache {self.path} cannot be used ({exc}); calls go to the LM uncached",
+                          stacklevel=3)
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         if not self.cacheable(params):

@@ -34,6 +34,9 @@ class LiteLLMLM(RemoteLM):
             self._litellm = litellm
         return self._litellm
 
+    async def _prepare(self) -> None:
+        self._module()
+
     async def _request(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         import openai
 

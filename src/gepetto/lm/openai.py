@@ -151,6 +151,9 @@ class OpenAILM(RemoteLM):
             slot["client"] = await keeper.__anext__()
         return slot["client"]
 
+    async def _prepare(self) -> None:
+        await self._get_client()
+
     async def aclose(self) -> None:
         """Close the running loop's HTTP client (a later call in this or another loop makes a new one)."""
         slot = self._clients.pop()

@@ -134,6 +134,10 @@ class RemoteLM:
     async def _request(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         raise NotImplementedError
 
+    async def _prepare(self) -> None:
+        """Set up what requests need (import the client library, make the HTTP client), before any request's
+        timeout starts: an import that takes seconds on a busy machine is no slow answer to retry."""
+
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, self.max_backoff)
@@ -145,6 +149,7 @@ class RemoteLM:
         merged = {**self.defaults, **{k: v for k, v in params.items() if v is not None}}
         tokens = sum(estimate_tokens(m.get("content", "")) for m in msgs) + int(merged.get("max_tokens") or 256)
         last = ""
+        await self._prepare()
         for attempt in range(self.max_retries + 1):
             async with self._slots.get():
                 await self.limiter.acquire(tokens)

@@ -9,6 +9,7 @@ owner only (0600; SQLite gives its -wal and -shm files the same mode).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -144,8 +145,11 @@ class StoreError(RuntimeError):
     """The run store file cannot be used (not a SQLite file, corrupted, read-only, ...); the message says what."""
 
 
-def _store_error(path: Path, exc: BaseException) -> StoreError:
+def store_error(path: Path, exc: BaseException) -> StoreError:
     text = str(exc)
+    if "is full" in text:  # SQLITE_FULL ("database or disk is full"): the disk, or a size limit
+        return StoreError(f"the run store {path} cannot grow ({text}): free some space and resume the run (all it "
+                          "stored so far is kept), or pass another --storage")
     if "not a database" in text or "malformed" in text or "no such table" in text:
         return StoreError(f"{path} is not a usable gepetto run store ({text}); pass another --storage, or move "
                           "the file away")
@@ -153,6 +157,49 @@ def _store_error(path: Path, exc: BaseException) -> StoreError:
         return StoreError(f"cannot write to the run store {path} ({text}); check the permissions of the file and "
                           "its directory, or pass another --storage")
     return StoreError(f"cannot use the run store {path}: {type(exc).__name__}: {text}")
+
+
+class _Checked:
+    """The store's SQLite connection, whose errors name the file and what to do (StoreError). Rows are read at
+    once: a damaged page can fail a fetch as well as the statement."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self._db, self._path = db, path
+
+    def execute(self, sql: str, args: Any = ()) -> _Rows:
+        try:
+            return _Rows(self._db.execute(sql, args).fetchall())
+        except sqlite3.Error as exc:
+            raise store_error(self._path, exc) from None
+
+    def executemany(self, sql: str, rows: Any) -> None:
+        try:
+            self._db.executemany(sql, rows)
+        except sqlite3.Error as exc:
+            raise store_error(self._path, exc) from None
+
+    def executescript(self, script: str) -> None:
+        try:
+            self._db.executescript(script)
+        except sqlite3.Error as exc:
+            raise store_error(self._path, exc) from None
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._db.in_transaction
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class _Rows(list):
+    """Rows of a statement, with the cursor methods the store uses."""
+
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+    def fetchall(self) -> list[Any]:
+        return list(self)
 
 
 class RunStore:
@@ -168,14 +215,15 @@ class RunStore:
             if readonly:
                 if not self.path.is_file():
                     raise StoreError(f"no run store at {self.path}")
-                self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                                           check_same_thread=False, isolation_level=None)
+                self._db = _Checked(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                                    check_same_thread=False, isolation_level=None), self.path)
                 self._db.execute("SELECT name, status, config FROM runs LIMIT 1").fetchall()  # a run store?
             else:
                 if self.path.parent and not self.path.parent.exists():
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                 create_private_file(self.path)
-                self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+                self._db = _Checked(sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None),
+                                    self.path)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
                 self._db.executescript(SCHEMA)
@@ -185,22 +233,28 @@ class RunStore:
                 if "stage" not in columns:  # a store written before rollouts kept the stage of their error
                     self._db.execute("ALTER TABLE evaluations ADD COLUMN stage TEXT")
         except (sqlite3.Error, OSError) as exc:
-            raise _store_error(self.path, exc) from None
+            raise store_error(self.path, exc) from None
+        except StoreError:
+            with contextlib.suppress(Exception):
+                self._db.close()
+            raise
         self._lock = threading.Lock()
 
     def close(self) -> None:
         self._db.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self) -> Iterator[_Checked]:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite may have rolled back already (e.g. the disk is full)
+                    with contextlib.suppress(StoreError):
+                        self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
 
     # ---- runs -------------------------------------------------------------------------------
     def create_run(self, name: str, config: Mapping[str, Any], seed: int) -> None:

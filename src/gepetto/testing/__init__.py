@@ -4,7 +4,8 @@
 - `sim` (sim.py): a simulated optimisation problem with a known optimum, its task and reflection LMs
   (`SimTaskLM`, `SimReflectionLM`; by name `sim:task`, `sim:reflection`) and the task `--task sim`.
 - `FakeOpenAIServer` (server.py): an OpenAI-compatible server on loopback that can inject faults
-  (429, 5xx, dropped connections, malformed bodies, slow answers); `sim_responder` puts the simulated LMs behind it.
+  (429, 5xx, dropped connections, empty or malformed bodies, slow answers), queued or seeded at random
+  (`random_faults`, `FAULT_KINDS`); `sim_responder` puts the simulated LMs behind it.
 
 Nothing in `gepetto.lm` imports these: the `sim` LM backend is registered when this package is imported
 (`import gepetto` does).
@@ -12,8 +13,8 @@ Nothing in `gepetto.lm` imports these: the `sim` LM backend is registered when t
 
 from gepetto.testing import sim
 from gepetto.testing.scripted import ScriptedLM
-from gepetto.testing.server import FakeOpenAIServer, Responder, echo, sim_responder
+from gepetto.testing.server import FAULT_KINDS, FakeOpenAIServer, RandomFaults, Responder, echo, sim_responder
 from gepetto.testing.sim import SimReflectionLM, SimTaskLM
 
-__all__ = ["FakeOpenAIServer", "Responder", "ScriptedLM", "SimReflectionLM", "SimTaskLM", "echo", "sim",
-           "sim_responder"]
+__all__ = ["FAULT_KINDS", "FakeOpenAIServer", "RandomFaults", "Responder", "ScriptedLM", "SimReflectionLM",
+           "SimTaskLM", "echo", "sim", "sim_responder"]

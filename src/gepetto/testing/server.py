@@ -2,8 +2,12 @@
 
 It answers `POST /v1/chat/completions` after a fixed delay, from a responder function, many requests at once
 (one thread each), and can inject faults per model: queued in `faults[model]` and used one per request, e.g.
-`["429:2", "500", "reset", "malformed", "slow:5", "no_choices", "400"]` ("429:2" sends Retry-After: 2;
-"401:some text" answers 401 with that error message). The headers of every request are kept in `headers`.
+`["429:2", "500", "reset", "malformed", "empty", "slow:5", "no_choices", "400"]` ("429:2" sends Retry-After: 2;
+"401:some text" answers 401 with that error message; "empty" is a 200 with an empty body), or at random:
+`random_faults(model, rate)` makes a share `rate` of that model's requests fail with one of `FAULT_KINDS`.
+The random draw of a request depends only on the seed, the request's body and how many times that body was
+sent before (a retry draws anew), not on timing, so a deterministic client meets the same faults on every run.
+Every fault sent is counted in `injected[(model, kind)]`. The headers of every request are kept in `headers`.
 It stands in for a hosted API; it is not a model.
 """
 
@@ -11,15 +15,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
+import random
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Responder = Callable[[list[dict[str, str]], dict[str, Any]], str]
+
+# what a flaky hosted API does: rate limits (with Retry-After), server errors, answers too late for the client's
+# timeout, dropped connections, and 200 answers whose body is empty or not JSON
+FAULT_KINDS = ("429", "500", "timeout", "reset", "empty", "malformed")
+
+
+@dataclass(frozen=True)
+class RandomFaults:
+    """A share `rate` of a model's requests fail, each with a kind drawn from `kinds` (seeded by `seed`).
+    `retry_after` is the Retry-After a 429 sends; a "timeout" answers after `timeout_delay` seconds (set it
+    above the client's timeout)."""
+
+    rate: float
+    kinds: Sequence[str] = FAULT_KINDS
+    seed: int = 0
+    retry_after: str = "1"
+    timeout_delay: float = 5.0
 
 
 def echo(messages: list[dict[str, str]], body: dict[str, Any]) -> str:
@@ -40,16 +65,30 @@ def sim_responder(task: str = "sim:task", reflection: str = "sim:reflection") ->
     return respond
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # a burst of concurrent clients: the default backlog (5) refuses some connections
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (it timed out, or closed a kept-alive connection) is no server error."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class FakeOpenAIServer:
     def __init__(self, responder: Responder = echo, *, delay: float = 0.0, usage: bool = True,
                  host: str = "127.0.0.1", port: int = 0) -> None:
         self.responder, self.delay, self.usage = responder, delay, usage
         self.faults: dict[str, list[str]] = {}
+        self.random: dict[str, RandomFaults] = {}
+        self.injected: Counter[tuple[str, str]] = Counter()
+        self._seen: Counter[str] = Counter()  # request body digest -> times received
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), self._handler())
+        self._httpd = _Server((host, port), self._handler())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -73,10 +112,33 @@ class FakeOpenAIServer:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def _next_fault(self, model: str) -> str:
+    def random_faults(self, model: str, rate: float, **options: Any) -> FakeOpenAIServer:
+        """Make a share `rate` of `model`'s requests fail at random (see `RandomFaults`); rate 0 turns it off."""
+        if rate:
+            self.random[model] = RandomFaults(rate, **options)
+        else:
+            self.random.pop(model, None)
+        return self
+
+    def _next_fault(self, body: dict[str, Any]) -> str:
+        model = body.get("model", "")
         with self._lock:
             queue = self.faults.get(model)
-            return queue.pop(0) if queue else ""
+            fault = queue.pop(0) if queue else ""
+            label = fault.partition(":")[0]
+            spec = self.random.get(model)
+            if not fault and spec is not None:
+                digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+                nth = self._seen[digest]
+                self._seen[digest] += 1
+                rng = random.Random(f"{spec.seed}:{digest}:{nth}")
+                if rng.random() < spec.rate:
+                    label = rng.choice(list(spec.kinds))
+                    fault = {"429": f"429:{spec.retry_after}", "timeout": f"slow:{spec.timeout_delay:g}"}.get(label,
+                                                                                                             label)
+            if fault:
+                self.injected[(model, label)] += 1
+            return fault
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -114,7 +176,7 @@ class FakeOpenAIServer:
                         server.in_flight -= 1
 
             def _answer(self, body: dict[str, Any]) -> None:
-                fault = server._next_fault(body.get("model", ""))
+                fault = server._next_fault(body)
                 kind, _, arg = fault.partition(":")
                 if server.delay:
                     time.sleep(server.delay)
@@ -129,6 +191,8 @@ class FakeOpenAIServer:
                     self.connection.close()
                 elif kind == "malformed":
                     self._send(200, b'{"id": "x", "choices": [ this is not json')
+                elif kind == "empty":
+                    self._send(200, b"")
                 elif kind == "no_choices":
                     self._send(200, json.dumps({"id": "x", "object": "chat.completion", "choices": []}).encode())
                 else:
