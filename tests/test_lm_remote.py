@@ -156,18 +156,23 @@ async def test_an_lm_failure_wrapped_by_the_metric_is_still_unavailable() -> Non
 
 
 async def test_concurrency_limit_is_respected() -> None:
-    with FakeOpenAIServer(delay=0.05) as srv:
-        lm = lm_for(srv, max_concurrency=3)
+    # the first 3 requests are held until all 3 are in (no timing involved): never more than 3 at once
+    with FakeOpenAIServer().hold(3, timeout=60) as srv:
+        lm = lm_for(srv, max_concurrency=3, timeout=300)
         outs = await asyncio.gather(*(lm.complete([{"role": "user", "content": str(i)}]) for i in range(12)))
     assert [o.text for o in outs] == [f"echo: {i}" for i in range(12)]
-    assert srv.max_in_flight == 3
+    assert srv.max_in_flight == 3 and srv.hold_timeouts == 0
 
 
 async def test_many_calls_run_in_parallel() -> None:
-    with FakeOpenAIServer(delay=0.05) as srv:
-        lm = lm_for(srv, max_concurrency=16)
-        await asyncio.gather(*(lm.complete([{"role": "user", "content": str(i)}]) for i in range(16)))
-    assert srv.max_in_flight >= 8
+    """16 calls with max_concurrency=16 are all in flight at once. The server holds every request until 16 have
+    arrived, so the test does not depend on the machine's speed: a client that kept fewer out at once would
+    only get its answers after the hold's timeout (counted), never a false pass or a flaky failure."""
+    with FakeOpenAIServer().hold(16, timeout=60) as srv:
+        lm = lm_for(srv, max_concurrency=16, timeout=300)
+        outs = await asyncio.gather(*(lm.complete([{"role": "user", "content": str(i)}]) for i in range(16)))
+    assert [o.text for o in outs] == [f"echo: {i}" for i in range(16)]
+    assert srv.hold_timeouts == 0 and srv.max_in_flight == 16 and len(srv.requests) == 16
 
 
 async def test_structured_output_is_sent_as_json_schema(server) -> None:

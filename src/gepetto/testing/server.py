@@ -8,6 +8,7 @@ It answers `POST /v1/chat/completions` after a fixed delay, from a responder fun
 The random draw of a request depends only on the seed, the request's body and how many times that body was
 sent before (a retry draws anew), not on timing, so a deterministic client meets the same faults on every run.
 Every fault sent is counted in `injected[(model, kind)]`. The headers of every request are kept in `headers`.
+`hold(n)` makes it hold requests until `n` are in flight at once: concurrency tested without timing.
 It stands in for a hosted API; it is not a model.
 """
 
@@ -87,7 +88,11 @@ class FakeOpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = self.max_in_flight = 0
+        self.hold_timeouts = 0  # requests `hold` let go after its timeout, not because `n` were in flight
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._hold: tuple[int, float] | None = None
+        self._held = 0
         self._httpd = _Server((host, port), self._handler())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -119,6 +124,25 @@ class FakeOpenAIServer:
         else:
             self.random.pop(model, None)
         return self
+
+    def hold(self, n: int, timeout: float = 60.0) -> FakeOpenAIServer:
+        """Hold each request until `n` requests have arrived (then all are answered, and later ones at once): the
+        first `n` are in flight together. A client that never has `n` requests out at once is not refused: its
+        requests are let go after `timeout` seconds and counted in `hold_timeouts`. A test of concurrency then
+        depends on what the client does, not on how fast the machine is."""
+        with self._lock:
+            self._hold, self._held = (n, timeout), 0
+        return self
+
+    def _wait_for_others(self) -> None:
+        with self._arrived:
+            if self._hold is None:
+                return
+            n, timeout = self._hold
+            self._held += 1
+            self._arrived.notify_all()
+            if not self._arrived.wait_for(lambda: self._held >= n, timeout):
+                self.hold_timeouts += 1
 
     def _next_fault(self, body: dict[str, Any]) -> str:
         model = body.get("model", "")
@@ -170,6 +194,7 @@ class FakeOpenAIServer:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
+                    server._wait_for_others()
                     self._answer(body)
                 finally:
                     with server._lock:
