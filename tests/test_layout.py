@@ -79,3 +79,25 @@ def test_task_helpers_live_in_one_module():
     for name in ("math.py", "pupa.py"):
         mods = imported_modules(SRC / "tasks" / name)
         assert "gepetto.tasks.hotpotqa" not in mods, f"{name} imports hotpotqa for its helpers"
+
+
+def test_ci_installs_what_the_readme_says_with_the_integration_extras():
+    """The README's test set-up command and .ci/run install the same thing, with the extras the integration tests
+    need (so they run in CI instead of skipping); every extra named there exists in pyproject.toml."""
+    import re
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    root = Path(__file__).resolve().parent.parent  # the repository (tests/ is at its root)
+    readme = (root / "README.md").read_text()
+    ci = (root / ".ci" / "run").read_text()
+    installs = re.findall(r'pip install -e "\.\[([a-z,]+)\]" && pip install --no-deps (\S+)', readme)
+    test_setup = next(i for i in installs if "dev" in i[0].split(","))
+    assert f'pip install -e ".[{test_setup[0]}]" && pip install --no-deps {test_setup[1]}' in ci
+    extras = set(test_setup[0].split(","))
+    assert {"dev", "ray", "mlflow", "dspy"} <= extras
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras <= set(declared)
