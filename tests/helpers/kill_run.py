@@ -1,6 +1,6 @@
 """Run (or resume) a stored simulated optimisation and kill itself at a chosen point.
 
-    kill_run.py STORAGE RUN WHEN [PROPOSALS_PER_ROUND]
+    kill_run.py STORAGE RUN WHEN [PROPOSALS_PER_ROUND [OPTIONS]]
 
 WHEN: -1 never, N: SIGKILL after N rollout events (these two on one component, no merge); or, on two components
 with merges: never; EVENT:K:R: SIGKILL R rollouts after the K-th EVENT, where
@@ -9,6 +9,7 @@ event (merge, proposal, candidate); sigterm:N: SIGTERM after N rollouts (a grace
 from the start of this session, replayed ones included.
 """
 
+import json
 import os
 import signal
 import sys
@@ -18,14 +19,16 @@ from gepetto.runner import load_config, start_or_resume
 
 storage, run, when = sys.argv[1], sys.argv[2], sys.argv[3]
 per_round = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+options = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
 if when.lstrip("-").isdigit():
     cfg = load_config(task="sim", task_lm="sim:task?latency=0.002", reflection_lm="sim:reflection?noise=0.4&seed=5",
                       budget=150, seed=3, max_concurrency=4, task_options={"kinds": 6},
-                      proposals_per_round=per_round)
+                      proposals_per_round=per_round, **options)
 else:
     cfg = load_config(task="sim", task_lm="sim:task?latency=0.002",
                       reflection_lm="sim:reflection?noise=0.3&seed=5&forget=true&max_rules=2", budget=200, seed=2,
-                      max_concurrency=4, task_options={"kinds": 6, "components": 2}, proposals_per_round=per_round)
+                      max_concurrency=4, task_options={"kinds": 6, "components": 2}, proposals_per_round=per_round,
+                      **options)
 sig = signal.SIGKILL
 if when.startswith("sigterm:"):
     sig, when = signal.SIGTERM, when.split(":", 1)[1]
