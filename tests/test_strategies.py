@@ -4,6 +4,7 @@ own plugged in through gepetto.optimize, and exact resume for every built-in par
 import asyncio
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from gepetto.engine.strategies import CurrentBest, EpsilonGreedy, Pareto
 from gepetto.events import CandidateAdded, PhaseStarted, ProposalTested, RolloutFinished, Stop, StopReason
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore
-from gepetto.testing import sim
+from gepetto.testing import ScriptedLM, sim
 from gepetto.types import Candidate
 
 KILL = Path(__file__).parent / "helpers" / "kill_run.py"
@@ -309,17 +310,27 @@ def test_a_stored_python_run_names_its_strategy_objects_and_refuses_others(tmp_p
         gepetto.optimize(task.seed_candidate, task.trainset, task.metric, parent_selector=Pareto(), **kw)
 
 
-# ---- exact resume for every built-in parent selector ---------------------------------------------------------
+# ---- exact resume for every built-in strategy ----------------------------------------------------------------
+def _rules(messages, params):
+    """A scripted reflection LM for the edit proposer: a rule the feedback of the shown failures asks for."""
+    user = messages[1]["content"]
+    current = user.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
+    missing = [r for r in dict.fromkeys(re.findall(r"need (rule-\d+)", user)) if r not in current]
+    return f"<rule>Apply {missing[0]} to such questions.</rule>" if missing else "<rule></rule>"
+
+
 def _stored(storage, stop=None, **options):
     task = sim.task(kinds=6, components=2)
+    reflection = ScriptedLM(_rules) if options.get("proposer") == "edit" else \
+        sim.SimReflectionLM(noise=0.3, seed=5, forget=True, max_rules=2)
     return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
-                            program=task.program, task_lm=sim.SimTaskLM(),
-                            reflection_lm=sim.SimReflectionLM(noise=0.3, seed=5, forget=True, max_rules=2),
+                            program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=reflection,
                             budget=200, seed=2, max_concurrency=4, storage=storage, run="r", stop=stop, **options)
 
 
 @pytest.mark.parametrize("options", [{"parent_selector": name, "epsilon": 0.3} for name in PARENT_SELECTORS]
-                         + [{"parent_selector": "epsilon-greedy", "epsilon": 0.5, "component_selector": "all"}])
+                         + [{"parent_selector": "epsilon-greedy", "epsilon": 0.5, "component_selector": "all"},
+                            {"proposer": "edit", "accept": "non_decreasing"}])
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, options):
     whole = _stored(tmp_path / "whole.sqlite", **options)
     assert len(whole.candidates) > 2 and any(len(c.parents) == 2 for c in whole.candidates)  # merges too

@@ -149,7 +149,8 @@ class Engine:
         self.program, self.metric, self.seed = program, metric, seed_candidate
         self.trainset, self.valset = list(trainset), list(valset)
         self.components = list(cfg.components or seed_candidate.keys())
-        self.state = RunState([e.id for e in valset], cfg.budget, ledger=ledger or Ledger(prices=dict(cfg.prices)))
+        self.state = RunState([e.id for e in valset], cfg.budget, ledger=ledger or Ledger())
+        self.state.ledger.prices = self.state.ledger.prices or dict(cfg.prices)
         self.task_lm = MeteredLM(task_lm, self.state.ledger, "task")
         self.reflection_lm = MeteredLM(reflection_lm, self.state.ledger, "reflection")
         _check_prices(cfg, self.state.ledger, (task_lm.name, reflection_lm.name))
