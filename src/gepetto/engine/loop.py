@@ -420,7 +420,7 @@ class Engine:
             out = await self._reflect(messages, params)
             if out is None:
                 continue
-            rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown)
+            rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
             if not why and parent.replace(plan.component, edits.apply_rule(current, rule)).id in self._tried:
                 why = "already tried"
             self.on_event("reflection", {"attempt": attempt, "rejected": why, "text": rule, "raw": out.text})
