@@ -55,7 +55,7 @@ def headroom(name: str, storage: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     row: dict[str, Any] = {"kind": "headroom", "task": name,
                            "splits": [len(task.trainset), len(task.valset), len(task.testset)],
-                           "baseline": task.baseline}
+                           "baseline": task.baseline, "expert_form": "rules"}
     for split, data in (("val", task.valset), ("test", task.testset)):
         row[f"baseline_{split}"] = _constant(task, data)
         row[f"seed_{split}"] = asyncio.run(_score(task, task.seed_candidate, data, lm))
@@ -97,8 +97,16 @@ def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
 
 def table(log: Path) -> str:
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    head = {r["task"]: r for r in rows if r["kind"] == "headroom"}
-    runs = [r for r in rows if r["kind"] == "run"]
+    experts: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["kind"] == "headroom":
+            experts.setdefault(r["task"], []).append(r)
+    head = {name: hs[-1] for name, hs in experts.items()}  # the latest expert sets the headroom
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}  # a resumed run's row replaces its earlier rows
+    for r in rows:
+        if r["kind"] == "run":
+            latest[(r["task"], r["proposer"], r.get("label"), r["seed"], r["budget"])] = r
+    runs = list(latest.values())
     out = []
     for name, h in head.items():
         out.append(f"\n### {name} (train/val/test {'/'.join(map(str, h['splits']))})\n")
@@ -106,7 +114,10 @@ def table(log: Path) -> str:
         out.append(f"| trivial baseline (always `{h['baseline']}`) | {h['baseline_val']:.3f} | "
                    f"{h['baseline_test']:.3f} |")
         out.append(f"| plain seed | {h['seed_val']:.3f} | {h['seed_test']:.3f} |")
-        out.append(f"| expert prompt (hand-written) | {h['expert_val']:.3f} | {h['expert_test']:.3f} |")
+        for e in experts[name]:
+            form = e.get("expert_form", "definitions")
+            out.append(f"| expert prompt (hand-written, {form} form) | {e['expert_val']:.3f} | "
+                       f"{e['expert_test']:.3f} |")
         gap = h["expert_test"] - h["seed_test"]
         by: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for r in runs:

@@ -61,6 +61,20 @@ def test_clinc_answers_listing_labels_or_with_extra_words_score_zero():
     assert normalize_label(" `Bill Balance` ") == "bill_balance"
 
 
+def test_clinc_expert_forms_carry_the_same_definitions():
+    from gepetto.tasks.intents import DEFINITIONS, expert_instruction, seed_instruction
+
+    rules = expert_instruction("banking")
+    assert rules.startswith(seed_instruction("banking"))
+    assert "- If the customer asks for the bank's routing number, answer routing." in rules
+    defs = expert_instruction("banking", form="definitions")
+    for name, text in DEFINITIONS["banking"].items():
+        assert text in rules and text in defs and f"- {name}: the customer {text}" in defs
+    assert "out_of_scope." in expert_instruction("work", oos=True).splitlines()[-1]
+    with pytest.raises(ValueError, match="form"):
+        expert_instruction("banking", form="prose")
+
+
 def test_clinc_subset_uses_only_its_intents_and_rejects_unknown_subsets():
     from gepetto.tasks.intents import SUBSETS
 

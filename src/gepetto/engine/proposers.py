@@ -230,7 +230,7 @@ class Edit:
             out = await request.reflect(messages, params)
             if out is None:
                 continue
-            rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown)
+            rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
             if not why and request.tried(parent.replace(component, edits.apply_rule(current, rule))):
                 why = "already tried"
             rejected = Outcome.rejected(why) if why else None

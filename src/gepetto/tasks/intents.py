@@ -128,9 +128,22 @@ def seed_instruction(domain: str, oos: bool = False, subset: str | None = None) 
             f"{', '.join(labels(domain, subset=subset))}.{scope} Reply with only the intent name.")
 
 
-def expert_instruction(domain: str, oos: bool = False, subset: str | None = None) -> str:
-    """The hand-written expert prompt: the seed's task and format plus one line of definition per intent."""
-    lines = [f"- {name}: the customer {DEFINITIONS[domain][name]}" for name in labels(domain, subset=subset)]
+def expert_instruction(domain: str, oos: bool = False, subset: str | None = None, *, form: str = "rules") -> str:
+    """The hand-written expert prompt: the seed plus the same one-line definitions, in one of two forms.
+
+    `form="rules"` (the default) appends one "If the customer <definition>, answer <intent>." line per intent
+    to the plain seed: the form a 0.5B model follows. `form="definitions"` lists "<intent>: the customer
+    <definition>" lines, the first expert measured (the 0.5B barely uses it; `benchmarks/results/realtrack.md`).
+    """
+    names = labels(domain, subset=subset)
+    if form == "rules":
+        lines = [f"- If the customer {DEFINITIONS[domain][name]}, answer {name}." for name in names]
+        if oos:
+            lines.append(f"- If the message is about something that matches none of the intents above, answer {OOS}.")
+        return seed_instruction(domain, oos, subset) + "\n" + "\n".join(lines)
+    if form != "definitions":
+        raise ValueError(f"unknown expert form {form!r}: rules or definitions")
+    lines = [f"- {name}: the customer {DEFINITIONS[domain][name]}" for name in names]
     if oos:
         lines.append(f"- {OOS}: {OOS_DEFINITION}")
     return (f"Classify the customer's message into exactly one {domain.replace('_', ' ')} intent. The intents:\n"
