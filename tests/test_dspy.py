@@ -1,0 +1,254 @@
+"""DSPy programs (gepetto.integrations.dspy): every predictor's instructions evolved, on the example's two-predictor
+program with a scripted DSPy LM (a DSPy engine) and a scripted reflection LM."""
+
+import importlib.util
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+dspy = pytest.importorskip("dspy")
+
+import gepetto  # noqa: E402
+from gepetto.integrations import dspy as gdspy  # noqa: E402
+from gepetto.integrations.dspy import _as_score, _metric_arity  # noqa: E402
+from gepetto.lm.base import ScriptedLM  # noqa: E402
+from gepetto.store.sqlite import RunStore  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "dspy_program.py"
+_spec = importlib.util.spec_from_file_location("dspy_program", EXAMPLE)
+ex = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ex)
+
+SEED = {"extract": "Given the fields `message`, produce the fields `city`.",
+        "locate": "Given the fields `city`, produce the fields `country`."}
+
+
+def _instructions(module):
+    return {name: pred.signature.instructions for name, pred in module.named_predictors()}
+
+
+def _optimize(program=None, metric=ex.metric, lm=None, reflection=None, **kw):
+    train, val, _ = ex.splits()
+    options = {"valset": val, "reflection_lm": reflection or ex.scripted_reflection_lm(), "budget": 120, **kw}
+    with dspy.context(lm=lm or ex.scripted_lm()):
+        return gdspy.optimize(program or ex.CityCountry(), train, metric, **options)
+
+
+def test_every_predictor_is_evolved_and_the_module_given_is_untouched():
+    program = ex.CityCountry()
+    reflection = ex.scripted_reflection_lm()
+    optimized, result = _optimize(program, reflection=reflection)
+    assert result.seed_score == 0.25 and result.best_score == 1.0, result.summary()
+    assert _instructions(program) == SEED  # the input module is unchanged
+    new = _instructions(optimized)
+    assert ex.EXTRACT_RULE in new["extract"] and ex.LOCATE_RULE in new["locate"]
+    assert optimized is not program and optimized.extract is not program.extract
+    assert result.best_candidate.to_dict() == new
+    # reflection on a predictor saw that predictor's own calls: its input fields and its output fields
+    prompts = [call[0][1]["content"] for call in reflection.calls]
+    extract = next(p for p in prompts if "`message`" in p.split("</current_instruction>")[0])
+    assert "[Input]\nmessage: " in extract and "city: The city mentioned is" in extract
+    locate = next(p for p in prompts if "`message`" not in p.split("</current_instruction>")[0])
+    assert "[Input]\ncity: " in locate and ("country: Europe" in locate or "country: Asia" in locate)
+    # the five-argument metric was asked about each predictor: its notes are in the feedback
+    assert "Feedback on predictor `locate`: The country is wrong" in locate
+    # DSPy's LM calls are counted in the ledger as the task role
+    task = result.ledger.roles["task"]
+    assert task.calls == 2 * result.rollouts_used and task.input_tokens > 0
+
+
+@pytest.mark.parametrize("form", ["float2", "score3", "prediction5", "bool2"])
+def test_metric_forms(form):
+    def float2(gold, pred):
+        return ex.metric(gold, pred).score
+
+    def score3(gold, pred, trace=None):
+        out = ex.metric(gold, pred)
+        return gepetto.Score(out.score, out.feedback)
+
+    def prediction5(gold, pred, trace, pred_name, pred_trace):
+        return ex.metric(gold, pred, trace, pred_name, pred_trace)
+
+    def bool2(gold, pred):
+        return ex.metric(gold, pred).score == 1.0
+
+    metric = {"float2": float2, "score3": score3, "prediction5": prediction5, "bool2": bool2}[form]
+    _, result = _optimize(metric=metric, budget=80)
+    assert result.best_score == 1.0 or form == "bool2", result.summary()  # a bare 0/1 score finds less
+    assert result.best_score >= result.seed_score
+
+
+def test_metric_arity_and_score_coercion():
+    assert _metric_arity(lambda g, p: 1) == 2
+    assert _metric_arity(lambda g, p, trace=None: 1) == 3
+    assert _metric_arity(lambda g, p, trace=None, pred_name=None, pred_trace=None: 1) == 5
+    assert _metric_arity(lambda *args: 1) == 5
+    with pytest.raises(TypeError, match="must accept"):
+        _metric_arity(lambda g: 1)
+    s = _as_score(dspy.Prediction(score=0.5, feedback="half"))
+    assert (s.value, s.feedback) == (0.5, "half")
+    assert _as_score(dspy.Prediction(score=1)).feedback == "The output is correct."
+    assert _as_score({"score": 0.0, "feedback": "no"}).feedback == "no"
+    assert _as_score(True).value == 1.0 and _as_score(gepetto.Score(0.3, "x")).feedback == "x"
+    s = _as_score(dspy.Prediction(score=0.5, feedback="f", objective_scores={"a": 1.0}))
+    assert s.objectives == {"a": 1.0}
+    with pytest.raises(TypeError):
+        _as_score(dspy.Prediction(feedback="no score"))
+
+
+def test_concurrent_rollouts_use_private_copies_and_match_a_serial_run():
+    """Many rollouts at once, each slowed down inside the LM: every call must see its own candidate's
+    instructions, so the run equals one made a rollout at a time."""
+    seen = threading.Event()
+    inner = ex._ScriptedEngine()
+    active = {"now": 0, "max": 0}
+    lock = threading.Lock()
+
+    class Slow:
+        def complete(self, request):
+            with lock:
+                active["now"] += 1
+                active["max"] = max(active["max"], active["now"])
+            time.sleep(0.01)
+            seen.set()
+            with lock:
+                active["now"] -= 1
+            return inner.complete(request)
+
+        def stream(self, request):
+            raise NotImplementedError
+
+        def close(self):
+            pass
+
+    lm = dspy.LM("scripted/slow", engine=Slow(), cache=False)
+    _, parallel = _optimize(lm=lm, max_concurrency=6)
+    assert active["max"] > 1  # rollouts did overlap
+    _, serial = _optimize(lm=ex.scripted_lm(), max_concurrency=1)
+    assert [c.to_dict() for c in parallel.candidates] == [c.to_dict() for c in serial.candidates]
+    assert parallel.best_candidate == serial.best_candidate and parallel.rollouts_used == serial.rollouts_used
+
+
+def test_stored_run_resumes_exactly_and_is_seen_by_show_and_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from gepetto.cli import app
+
+    storage = tmp_path / "s.sqlite"
+    calls = {"n": 0}
+    inner = ex._ScriptedEngine()
+
+    class Counting:
+        def complete(self, request):
+            calls["n"] += 1
+            return inner.complete(request)
+
+        def stream(self, request):
+            raise NotImplementedError
+
+        def close(self):
+            pass
+
+    lm = dspy.LM("scripted/counting", engine=Counting(), cache=False)
+    _, first = _optimize(lm=lm, budget=25, storage=storage, run="cc")
+    assert first.rollouts_used <= 25 and calls["n"] > 0
+    info = RunStore(storage).get_run("cc")
+    assert info.config["task"] == "python:dspy_program:CityCountry"
+    assert info.config["task_lm"] == "python:dspy:scripted/counting"
+    # the same call again: everything is replayed from the store, DSPy's LM is not called
+    before = calls["n"]
+    _, again = _optimize(lm=lm, budget=25, storage=storage, run="cc")
+    assert calls["n"] == before and again.best_candidate == first.best_candidate
+    # more budget: the run goes on from where it was, to the same end as an uninterrupted run
+    _, more = _optimize(lm=lm, budget=120, storage=storage, run="cc")
+    _, whole = _optimize(budget=120)
+    assert [c.to_dict() for c in more.candidates] == [c.to_dict() for c in whole.candidates]
+    runner = CliRunner()
+    show = runner.invoke(app, ["show", "cc", "--storage", str(storage)], catch_exceptions=False)
+    assert show.exit_code == 0 and "python:dspy_program:CityCountry" in show.output
+    rep = runner.invoke(app, ["report", "cc", "-o", str(tmp_path / "r.html"), "--storage", str(storage)],
+                        catch_exceptions=False)
+    assert rep.exit_code == 0 and ex.LOCATE_RULE in (tmp_path / "r.html").read_text()
+    # another module (other instructions) under the same run name is refused
+    other = ex.CityCountry()
+    other.extract.signature = other.extract.signature.with_instructions("Find the city.")
+    with pytest.raises(gepetto.ConfigError, match="seed candidate"):
+        _optimize(other, lm=lm, budget=120, storage=storage, run="cc")
+    with pytest.raises(gepetto.ConfigError, match="task_lm"):  # so is another DSPy LM
+        _optimize(budget=120, storage=storage, run="cc")
+
+
+def test_an_unparseable_answer_is_a_failed_rollout_whose_raw_answer_reflection_sees():
+    inner = ex._ScriptedEngine()
+
+    class Garbled:  # `locate` answers without DSPy's field markers
+        def complete(self, request):
+            response = inner.complete(request)
+            if "`country`" in (request.system if isinstance(request.system, str) else ""):
+                from dspy.lm15 import Message, Response, TextPart
+
+                return Response(id=None, model="garbled", message=Message.assistant([TextPart("Europe, I think")]),
+                                finish_reason="stop", usage=response.usage)
+            return response
+
+        def stream(self, request):
+            raise NotImplementedError
+
+        def close(self):
+            pass
+
+    reflection = ScriptedLM(lambda messages, params: "<new_instruction>\nAnswer in the required format with the "
+                                                     "field markers.\n</new_instruction>")
+    lm = dspy.LM("scripted/garbled", engine=Garbled(), cache=False)
+    with dspy.context(adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+        _, result = _optimize(lm=lm, reflection=reflection, budget=20, components=["locate"])
+    assert result.seed_score == 0.0
+    prompt = reflection.calls[0][0][1]["content"]
+    assert "DSPy could not parse this answer" in prompt and "Europe, I think" in prompt
+    assert "AdapterParseError" in prompt  # the rollout's error is its feedback
+
+
+def test_an_lm_outage_stops_the_run_instead_of_scoring_zero():
+    class Down:
+        def complete(self, request):
+            raise dspy.LMTransportError("connection refused")
+
+        def stream(self, request):
+            raise NotImplementedError
+
+        def close(self):
+            pass
+
+    lm = dspy.LM("scripted/down", engine=Down(), cache=False, num_retries=0)
+    _, result = _optimize(lm=lm, budget=20, max_lm_failures=2, lm_retry_pause=0.0)
+    assert result.stop_reason.startswith("LM unavailable"), result.stop_reason
+    assert result.rollouts_used == 0
+
+
+def test_clear_errors_for_bad_inputs():
+    train, _, _ = ex.splits()
+    with dspy.context(lm=None), pytest.raises(ValueError, match=r"dspy\.configure"):
+        gdspy.optimize(ex.CityCountry(), train, ex.metric, reflection_lm=ScriptedLM([]))
+    with dspy.context(lm=ex.scripted_lm()):
+        with pytest.raises(TypeError, match="with_inputs"):
+            gdspy.optimize(ex.CityCountry(), [dspy.Example(message="x", city="y")], ex.metric,
+                           reflection_lm=ScriptedLM([]))
+        with pytest.raises(TypeError, match=r"dspy\.Example"):
+            gdspy.optimize(ex.CityCountry(), [{"message": "x"}], ex.metric, reflection_lm=ScriptedLM([]))
+        with pytest.raises(TypeError, match=r"dspy\.Module"):
+            gdspy.optimize(lambda x: x, train, ex.metric, reflection_lm=ScriptedLM([]))
+        with pytest.raises(TypeError, match="must accept"):
+            gdspy.optimize(ex.CityCountry(), train, lambda gold: 1.0, reflection_lm=ScriptedLM([]))
+
+
+def test_with_instructions_and_duplicate_examples():
+    program = ex.CityCountry()
+    copy = gdspy.with_instructions(program, {"locate": "Name the country."})
+    assert copy.locate.signature.instructions == "Name the country." and _instructions(program) == SEED
+    with pytest.raises(KeyError):
+        gdspy.with_instructions(program, {"nope": "x"})
+    _, val, _ = ex.splits()
+    _, result = _optimize(budget=20, valset=val + val[:1])  # a repeated example gets an id of its own
+    assert len(result.candidates[0].val_scores) == len(val) + 1
