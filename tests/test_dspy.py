@@ -210,10 +210,11 @@ def test_an_unparseable_answer_is_a_failed_rollout_whose_raw_answer_reflection_s
     assert "AdapterParseError" in prompt  # the rollout's error is its feedback
 
 
-def test_an_lm_outage_stops_the_run_instead_of_scoring_zero():
+@pytest.mark.parametrize("error", ["LMTransportError", "LMAuthError"])
+def test_an_lm_outage_or_bad_key_stops_the_run_instead_of_scoring_zero(error):
     class Down:
         def complete(self, request):
-            raise dspy.LMTransportError("connection refused")
+            raise getattr(dspy, error)("connection refused" if error == "LMTransportError" else "invalid api key")
 
         def stream(self, request):
             raise NotImplementedError
@@ -222,9 +223,12 @@ def test_an_lm_outage_stops_the_run_instead_of_scoring_zero():
             pass
 
     lm = dspy.LM("scripted/down", engine=Down(), cache=False, num_retries=0)
+    t0 = time.perf_counter()
     _, result = _optimize(lm=lm, budget=20, max_lm_failures=2, lm_retry_pause=0.0)
     assert result.stop_reason.startswith("LM unavailable"), result.stop_reason
-    assert result.rollouts_used == 0
+    assert result.rollouts_used == 0 and time.perf_counter() - t0 < 30
+    if error == "LMAuthError":  # no retrying a bad key: the run stops at the first failure
+        assert "LMSetupError" in result.stop_reason and "in a row" not in result.stop_reason
 
 
 def test_clear_errors_for_bad_inputs():
