@@ -245,6 +245,8 @@ def test_clear_errors_for_bad_inputs():
             gdspy.optimize(lambda x: x, train, ex.metric, reflection_lm=ScriptedLM([]))
         with pytest.raises(TypeError, match="must accept"):
             gdspy.optimize(ex.CityCountry(), train, lambda gold: 1.0, reflection_lm=ScriptedLM([]))
+        with pytest.raises(TypeError, match="sets these itself"):
+            gdspy.optimize(ex.CityCountry(), train, ex.metric, reflection_lm=ScriptedLM([]), task_lm="sim:task")
 
 
 def test_with_instructions_and_duplicate_examples():

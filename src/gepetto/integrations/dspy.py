@@ -292,6 +292,8 @@ class _Program:
 
         def recorded(**kwargs: Any) -> Any:
             signature = kwargs.get("signature", pred.signature)
+            if not hasattr(signature, "input_fields"):  # a signature given as a string at call time
+                signature = pred.signature
             inputs = _fields_text({k: v for k, v in kwargs.items() if k in signature.input_fields})
             try:
                 out = forward(**kwargs)
@@ -325,8 +327,13 @@ def _record_usage(ctx: Context, usage_data: Mapping[str, list[dict[str, Any]]], 
 
 
 def _prepare(module: Any, trainset: Sequence[Any], metric: Callable[..., Any], valset: Sequence[Any] | None,
-             predictor_feedback: bool | None, dspy_cache: bool) -> tuple[Candidate, dict[str, Any]]:
+             predictor_feedback: bool | None, dspy_cache: bool, options: Mapping[str, Any],
+             ) -> tuple[Candidate, dict[str, Any]]:
     named = _predictors(module)
+    taken = {"program", "task_lm", "seed_candidate", "trainset", "metric"} & set(options)
+    if taken:
+        raise TypeError(f"{sorted(taken)}: the DSPy integration sets these itself (the module is the program, "
+                        "DSPy's configured LM the task LM)")
     lm = dspy.settings.lm
     if lm is None and any(p.lm is None for _, p in named):
         raise ValueError("no DSPy LM: configure one with dspy.configure(lm=dspy.LM('openai/gpt-4.1-mini')) (or give "
@@ -366,7 +373,7 @@ def optimize(module: Any, trainset: Sequence[Any], metric: Callable[..., Any], *
     options (seed, minibatch_size, max_concurrency, use_merge, components, component_descriptions, proposer,
     on_event, ...) are those of `gepetto.optimize`. The module given is never changed.
     """
-    seed, kwargs = _prepare(module, trainset, metric, valset, predictor_feedback, dspy_cache)
+    seed, kwargs = _prepare(module, trainset, metric, valset, predictor_feedback, dspy_cache, options)
     result = _optimize(seed, kwargs.pop("trainset"), kwargs.pop("metric"), reflection_lm=reflection_lm, budget=budget,
                        storage=storage, run=run, cache=cache, **kwargs, **options)
     return with_instructions(module, result.best_candidate), result
@@ -378,7 +385,7 @@ async def optimize_async(module: Any, trainset: Sequence[Any], metric: Callable[
                          cache: CacheMode | None = None, predictor_feedback: bool | None = None,
                          dspy_cache: bool = False, **options: Any) -> tuple[Any, Result]:
     """`optimize` for callers already inside an event loop (a notebook, an async app): same arguments."""
-    seed, kwargs = _prepare(module, trainset, metric, valset, predictor_feedback, dspy_cache)
+    seed, kwargs = _prepare(module, trainset, metric, valset, predictor_feedback, dspy_cache, options)
     result = await _optimize_async(seed, kwargs.pop("trainset"), kwargs.pop("metric"), reflection_lm=reflection_lm,
                                    budget=budget, storage=storage, run=run, cache=cache, **kwargs, **options)
     return with_instructions(module, result.best_candidate), result
