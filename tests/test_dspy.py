@@ -258,3 +258,40 @@ def test_with_instructions_and_duplicate_examples():
     _, val, _ = ex.splits()
     _, result = _optimize(budget=20, valset=val + val[:1])  # a repeated example gets an id of its own
     assert len(result.candidates[0].val_scores) == len(val) + 1
+
+
+def test_a_chain_of_thought_predictor_is_named_by_its_path_and_its_reasoning_is_traced():
+    class Engine:
+        def complete(self, request):
+            from dspy.lm15 import Message, Response, TextPart, Usage
+
+            system = request.system if isinstance(request.system, str) else ""
+            answer = "4" if "Add the numbers" in system else "5"
+            text = f"[[ ## reasoning ## ]]\ntwo and two\n\n[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]"
+            return Response(id=None, model="cot", message=Message.assistant([TextPart(text)]), finish_reason="stop",
+                            usage=Usage(input_tokens=10, output_tokens=10, total_tokens=20))
+
+        def stream(self, request):
+            raise NotImplementedError
+
+        def close(self):
+            pass
+
+    class QA(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.solve = dspy.ChainOfThought("question -> answer")
+
+        def forward(self, question):
+            return self.solve(question=question)
+
+    data = [dspy.Example(question=f"What is 2 + 2? ({i})", answer="4").with_inputs("question") for i in range(3)]
+    reflection = ScriptedLM(lambda messages, params: "<new_instruction>\nAdd the numbers in the question and give "
+                                                     "the sum.\n</new_instruction>")
+    with dspy.context(lm=dspy.LM("scripted/cot", engine=Engine(), cache=False)):
+        optimized, result = gdspy.optimize(QA(), data, lambda gold, pred: pred.answer == gold.answer,
+                                           reflection_lm=reflection, budget=12)
+    assert list(result.best_candidate) == ["solve.predict"] and result.best_score == 1.0
+    assert optimized.solve.predict.signature.instructions.startswith("Add the numbers")
+    prompt = reflection.calls[0][0][1]["content"]
+    assert "[Input]\nquestion: What is 2 + 2?" in prompt and "reasoning: two and two\nanswer: 5" in prompt
