@@ -1,0 +1,3 @@
+"""Optional integrations with other tools. Each lives in its own module, imports its tool lazily (only when that
+module is imported), and is installed with its extra, e.g. `pip install "gepetto[dspy]"`. The engine never
+imports any of them."""
