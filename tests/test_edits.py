@@ -75,6 +75,26 @@ def test_vet_rule(raw, finish, why):
         assert "bill_balance" in rule and not edits.has_scaffolding(rule)
 
 
+@pytest.mark.parametrize(
+    ("rule", "copied"),
+    [  # rules the 1.5B wrote on clinc-credit-oos (run rt-clinc-credit-oos-edit-s0-v3), then clean ones
+        ("If a customer asks about improving their credit score, the assistant should answer with "
+         "improve_credit_score, not answered credit_limit_change.", True),
+        ('If a customer asks about the APR of a credit card, the assistant should answer with "apr" instead of '
+         '"answered apr".', True),
+        ("If a customer asks about improving their credit score, answer improve_credit_score.", False),
+        ("If the customer asks what rate the card charges, answer apr, not credit_limit_change.", False),
+    ],
+)
+def test_a_rule_quoting_the_failure_pattern_is_refused(rule, copied):
+    pattern = ("answered credit_limit_change, expected improve_credit_score" if "credit score" in rule
+               else "answered apr, expected out_of_scope")
+    assert edits.copies_pattern(rule, pattern) is copied
+    _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", "Classify.", [], pattern)
+    assert why == ("copies our prompt markers" if copied else "")
+    assert "label" in edits.retry_hint("copies our prompt markers", pattern)
+
+
 def test_prompt_shows_the_mistake_contrast_and_tried_rules():
     evidence = [_rollout("f1", 0.0, "answered balance, expected bill_balance", output="balance"),
                 _rollout("s1", 1.0, output="balance")]

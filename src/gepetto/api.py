@@ -7,7 +7,6 @@ import difflib
 import functools
 import inspect
 import signal
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,17 +16,28 @@ from gepetto.config import (
     DEFAULT_REFLECTION_LM,
     DEFAULT_TASK_LM,
     ENGINE_FIELDS,
+    PYTHON,
+    STRATEGIES,
     Accept,
     CacheMode,
     ConfigError,
     EngineConfig,
     ExecutorName,
-    Proposer,
+    ProposerName,
     TrackingName,
     UnknownOptionError,
 )
+from gepetto.engine import stopping
 from gepetto.engine.executors import Executor, aclose_executor
 from gepetto.engine.loop import Engine, Result, RolloutStore
+from gepetto.engine.proposers import Proposer
+from gepetto.engine.strategies import (
+    Acceptance,
+    ComponentSelector,
+    MinibatchSampler,
+    ParentSelector,
+    label,
+)
 from gepetto.events import Callbacks, Event, StopReason, as_callbacks
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
@@ -79,9 +89,16 @@ def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
     return checked
 
 
+def strategy_objects(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The strategies given as objects (not names), by option."""
+    return {k: v for k, v in given.items() if k in STRATEGIES and v is not None and not isinstance(v, str)}
+
+
 def engine_config(config: EngineConfig | Mapping[str, Any] | None, given: Mapping[str, Any]) -> EngineConfig:
-    """`config` (default: EngineConfig()) with the options in `given` that are not None put in its place."""
-    changes = {k: v for k, v in given.items() if k in ENGINE_FIELDS and v is not None}
+    """`config` (default: EngineConfig()) with the options in `given` that are not None put in its place; a
+    strategy given as an object is named by its `label` (python:MODULE:QUALNAME)."""
+    changes: dict[str, Any] = {k: label(v) if k in STRATEGIES else v for k, v in given.items()
+                               if k in ENGINE_FIELDS and v is not None}
     if config is None:
         return EngineConfig(**changes)
     if isinstance(config, EngineConfig):
@@ -155,17 +172,22 @@ def build_engine(
     perfect_score: float | None = None,
     stop_file: str | None = None,
     max_idle_iterations: int | None = None,
+    max_cost_usd: float | None = None,
     max_lm_failures: int | None = None,
     lm_retry_pause: float | None = None,
     rollout_timeout: float | None = None,
     executor: ExecutorName | Executor | None = None,
     ray_address: str | None = None,
     minibatch_size: int | None = None,
-    accept: Accept | None = None,
+    parent_selector: ParentSelector | str | None = None,
+    epsilon: float | None = None,
+    component_selector: ComponentSelector | str | None = None,
+    minibatch_sampler: MinibatchSampler | str | None = None,
+    accept: Acceptance | Accept | None = None,
     proposals_per_round: int | None = None,
     components: Sequence[str] | None = None,
     component_descriptions: Mapping[str, str] | None = None,
-    proposer: Proposer | None = None,
+    proposer: Proposer | ProposerName | None = None,
     reflection_attempts: int | None = None,
     reflection_temperatures: Sequence[float] | None = None,
     reflection_max_tokens: int | None = None,
@@ -175,12 +197,15 @@ def build_engine(
     rule_max_tokens: int | None = None,
     use_merge: bool | None = None,
     max_merges: int | None = None,
+    prices: Mapping[str, tuple[float, float]] | None = None,
+    stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
 ) -> Engine:
     """The engine `optimize` would run, for callers that want to drive or observe it themselves.
 
     The options are `optimize`'s: `config` (an EngineConfig) with the keyword arguments given in place.
     """
     cfg = engine_config(config, locals())
+    objects = strategy_objects(locals())
     seed_cand, program = candidate_and_program(seed_candidate, program)
     train = as_examples(trainset)
     val = as_examples(valset) if valset is not None else train
@@ -195,7 +220,8 @@ def build_engine(
             callback(clean)
 
     return Engine(program, metric, seed_cand, train, val, task, reflection, cfg,
-                  callbacks=[redacted] if observers else None, rollout_store=rollout_store, ledger=ledger)
+                  callbacks=[redacted] if observers else None, rollout_store=rollout_store, ledger=ledger,
+                  strategies=objects, stop=stop)
 
 
 def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: dict[str, Any]
@@ -210,15 +236,16 @@ def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metr
     return open_program_run(seed_candidate, trainset, metric, storage=args["storage"], run=args["run"],
                             cache=args["cache"], valset=args["valset"], program=args["program"],
                             task_lm=args["task_lm"], reflection_lm=args["reflection_lm"], callbacks=args["callbacks"],
-                            config=engine_config(args["config"], args))
+                            config=engine_config(args["config"], args), strategies=strategy_objects(args),
+                            stop=args["stop"])
 
 
 def _engine_tracking(engine: Engine, metric: Metric, args: Mapping[str, Any]) -> dict[str, Any]:
     """What a tracker is started with for a run without a store: the engine's configuration and ledger."""
-    from gepetto.runner import _lm_label, _qualified_name
+    from gepetto.runner import _lm_label
 
     program = args["program"]
-    params = {"task": _qualified_name(program if program is not None else metric),
+    params = {"task": label(program if program is not None else metric).removeprefix(PYTHON),
               "task_lm": _lm_label(args["task_lm"]), "reflection_lm": _lm_label(args["reflection_lm"]),
               "n_train": len(engine.trainset), "n_val": len(engine.valset), "components": engine.components,
               **engine.config.model_dump()}
@@ -236,7 +263,7 @@ def _tracker(args: dict[str, Any]) -> Tracker | None:
 def _engine_for(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: dict[str, Any]) -> Engine:
     return build_engine(seed_candidate, trainset, metric, valset=args["valset"], program=args["program"],
                         task_lm=args["task_lm"], reflection_lm=args["reflection_lm"], callbacks=args["callbacks"],
-                        config=engine_config(args["config"], args))
+                        config=engine_config(args["config"], args), stop=args["stop"], **strategy_objects(args))
 
 
 @checked_keywords
@@ -265,17 +292,22 @@ async def optimize_async(
     perfect_score: float | None = None,
     stop_file: str | None = None,
     max_idle_iterations: int | None = None,
+    max_cost_usd: float | None = None,
     max_lm_failures: int | None = None,
     lm_retry_pause: float | None = None,
     rollout_timeout: float | None = None,
     executor: ExecutorName | Executor | None = None,
     ray_address: str | None = None,
     minibatch_size: int | None = None,
-    accept: Accept | None = None,
+    parent_selector: ParentSelector | str | None = None,
+    epsilon: float | None = None,
+    component_selector: ComponentSelector | str | None = None,
+    minibatch_sampler: MinibatchSampler | str | None = None,
+    accept: Acceptance | Accept | None = None,
     proposals_per_round: int | None = None,
     components: Sequence[str] | None = None,
     component_descriptions: Mapping[str, str] | None = None,
-    proposer: Proposer | None = None,
+    proposer: Proposer | ProposerName | None = None,
     reflection_attempts: int | None = None,
     reflection_temperatures: Sequence[float] | None = None,
     reflection_max_tokens: int | None = None,
@@ -285,6 +317,8 @@ async def optimize_async(
     rule_max_tokens: int | None = None,
     use_merge: bool | None = None,
     max_merges: int | None = None,
+    prices: Mapping[str, tuple[float, float]] | None = None,
+    stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
 ) -> Result:
     """Async `optimize`: same arguments, for callers already inside an event loop."""
     args = dict(locals())
@@ -327,17 +361,22 @@ def optimize(
     perfect_score: float | None = None,
     stop_file: str | None = None,
     max_idle_iterations: int | None = None,
+    max_cost_usd: float | None = None,
     max_lm_failures: int | None = None,
     lm_retry_pause: float | None = None,
     rollout_timeout: float | None = None,
     executor: ExecutorName | Executor | None = None,
     ray_address: str | None = None,
     minibatch_size: int | None = None,
-    accept: Accept | None = None,
+    parent_selector: ParentSelector | str | None = None,
+    epsilon: float | None = None,
+    component_selector: ComponentSelector | str | None = None,
+    minibatch_sampler: MinibatchSampler | str | None = None,
+    accept: Acceptance | Accept | None = None,
     proposals_per_round: int | None = None,
     components: Sequence[str] | None = None,
     component_descriptions: Mapping[str, str] | None = None,
-    proposer: Proposer | None = None,
+    proposer: Proposer | ProposerName | None = None,
     reflection_attempts: int | None = None,
     reflection_temperatures: Sequence[float] | None = None,
     reflection_max_tokens: int | None = None,
@@ -347,6 +386,8 @@ def optimize(
     rule_max_tokens: int | None = None,
     use_merge: bool | None = None,
     max_merges: int | None = None,
+    prices: Mapping[str, tuple[float, float]] | None = None,
+    stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
 ) -> Result:
     """Evolve the seed candidate's texts to score better under `metric`, within `budget` rollouts.
 
@@ -359,6 +400,11 @@ def optimize(
     object: where rollouts run; docs/integrations.md), ... (EngineConfig documents each). An
     unknown name or a bad value raises a ConfigError. Ctrl-C or SIGTERM returns the best so far;
     `Result.stop_reason` (a gepetto.StopReason) says why the run stopped.
+
+    The strategies `parent_selector`, `component_selector`, `minibatch_sampler`, `proposer` and `accept` take a
+    built-in name ("pareto", "current-best", "epsilon-greedy"; "round-robin", "all"; ...) or an object of your
+    own (docs/strategies.md); `stop`: stop conditions to add to the config's (callables of the run status, or
+    "sigterm"/"sigint"). `max_cost_usd` stops the run once its LM calls cost that much by `prices`.
 
     `storage` (a SQLite file, e.g. "gepetto.sqlite") keeps every rollout, reflection answer and candidate in
     the run store under the name `run` (default: generated), where `gepetto runs/show/report/export` see it;
@@ -461,17 +507,10 @@ def run_engine(engine: Engine) -> Result:
 async def drive_engine(engine: Engine, *, own_loop: bool) -> Result:
     """Run an engine in the running event loop. `own_loop`: the loop is ours (from `asyncio.run`), so Ctrl-C and
     SIGTERM stop the run gracefully and the LMs' HTTP clients are closed before it ends."""
-    loop = asyncio.get_running_loop()
-    handled = own_loop and threading.current_thread() is threading.main_thread()
-    if handled:
-        for sig, reason in STOP_SIGNALS.items():
-            loop.add_signal_handler(sig, engine.request_stop, reason)
+    signals = [stopping.OnSignal(sig, reason) for sig, reason in STOP_SIGNALS.items()] if own_loop else []
     try:
-        return await engine.run()
+        return await engine.run(session_stops=signals)
     finally:
-        if handled:
-            for sig in STOP_SIGNALS:
-                loop.remove_signal_handler(sig)
         if own_loop:
             # HTTP clients belong to this loop: close them here, not at exit from a loop that is gone
             await aclose_lm(engine.task_lm)

@@ -13,12 +13,12 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from gepetto.engine.executors import EXECUTORS, Executor
 
 Accept = Literal["strict", "non_decreasing"]
-Proposer = Literal["edit", "rewrite"]
+ProposerName = Literal["edit", "rewrite"]
 CacheMode = Literal["auto", "always", "off"]
 ExecutorName = Literal["local", "ray"]  # the names of engine/executors.py's EXECUTORS
 TrackingName = Literal["mlflow"]  # experiment trackers (gepetto.tracking)
@@ -31,12 +31,22 @@ RUN, STOP, SEARCH, REFLECTION, EDIT, MERGE, TASK = (
 
 # options that may change when a stored run is resumed (they do not alter the path the run has taken so far)
 RESUMABLE_CHANGES = frozenset({"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices",
-                               "max_lm_failures", "lm_retry_pause", "executor", "ray_address"})
+                               "max_cost_usd", "max_lm_failures", "lm_retry_pause", "executor", "ray_address"})
 # options of one session, never stored with a run (a stop file stops this session only; each session of a tracked
 # run is tracked as its own run, and only when asked for)
 SESSION_ONLY = frozenset({"stop_file", "tracking"})
-# prefix of a task or an LM that is a Python object given to gepetto.optimize() (not loadable from a name)
+# prefix of a task, an LM or a strategy that is a Python object given to gepetto.optimize() (not loadable from a
+# name): `python:MODULE:QUALNAME`
 PYTHON = "python:"
+# the swappable strategies of the loop (engine/strategies.py): option -> its built-in names (the first is the
+# default); each option also takes an object given to gepetto.optimize(), stored as python:MODULE:QUALNAME
+STRATEGIES: dict[str, tuple[str, ...]] = {
+    "parent_selector": ("pareto", "current-best", "epsilon-greedy"),
+    "component_selector": ("round-robin", "all"),
+    "minibatch_sampler": ("epoch-shuffled",),
+    "proposer": ("rewrite", "edit"),
+    "accept": ("strict", "non_decreasing"),
+}
 
 
 class ConfigError(ValueError):
@@ -47,16 +57,21 @@ class UnknownOptionError(ConfigError, TypeError):
     """A keyword argument no function of the API takes (a TypeError too, as Python's own would be)."""
 
 
-def _field(default: Any, description: str, group: str, *, cli_aliases: tuple[str, ...] = (),
-           **constraints: Any) -> Any:
+def _field(default: Any, description: str, group: str, choices: tuple[str, ...] = (), *,
+           cli_aliases: tuple[str, ...] = (), **constraints: Any) -> Any:
     """A field with its description and its CLI group (and other flags for its CLI option, if any)."""
-    extra: dict[str, Any] = {"group": group}
+    extra: dict[str, Any] = {"group": group, **({"choices": list(choices)} if choices else {})}
     if cli_aliases:
         extra["cli_aliases"] = list(cli_aliases)
     if isinstance(default, (dict, list)):  # a fresh copy for each config
         return Field(default_factory=lambda: copy.deepcopy(default), description=description,
                      json_schema_extra=extra, **constraints)
     return Field(default, description=description, json_schema_extra=extra, **constraints)
+
+
+def _one_of(names: tuple[str, ...]) -> str:
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 class _Options(BaseModel):
@@ -87,6 +102,9 @@ class EngineConfig(_Options):
     perfect_score: float = _field(1.0, "A validation score this high counts as perfect (the run stops).", STOP)
     stop_file: str | None = _field(None, "Stop gracefully when this file appears (this session only).", STOP)
     max_idle_iterations: int = _field(10, "Stop when this many iterations in a row spend no rollout.", STOP, ge=1)
+    max_cost_usd: float | None = _field(
+        None, "Stop when the LM calls have cost this many dollars (checked between iterations; needs prices).", STOP,
+        gt=0)
     # an LM call that fails for infrastructure reasons (LMUnavailable, after the backend's own retries) is no
     # result: it is made again after `lm_retry_pause` seconds; this many failures in a row stop the run (an
     # LMSetupError such as HTTP 401 stops it at once), keeping everything paid so far
@@ -107,8 +125,19 @@ class EngineConfig(_Options):
                                      "else a local Ray started for the run).", RUN)
     # the search
     minibatch_size: int = _field(3, "Training examples per reflection minibatch.", SEARCH, ge=1)
-    accept: Accept = _field("strict", "A child passes its minibatch test when it scores higher (strict) or "
-                            "at least as high (non_decreasing) as its parent.", SEARCH)
+    # the strategies (engine/strategies.py, docs/strategies.md): a built-in name, or python:MODULE:QUALNAME for an
+    # object given to gepetto.optimize()
+    parent_selector: str = _field("pareto", "How the parent of a proposal is chosen: pareto (in proportion to the "
+                                  "examples it is best on), current-best, epsilon-greedy (current-best, or with "
+                                  "probability epsilon any candidate).", SEARCH, choices=STRATEGIES["parent_selector"])
+    epsilon: float = _field(0.1, "epsilon-greedy: probability of a random parent.", SEARCH, ge=0, le=1)
+    component_selector: str = _field("round-robin", "Which components a proposal changes: round-robin (one, "
+                                     "each parent in turn) or all.", SEARCH, choices=STRATEGIES["component_selector"])
+    minibatch_sampler: str = _field("epoch-shuffled", "Which training examples a parent runs on before reflection: "
+                                    "epoch-shuffled (the next ones of a seeded order shuffled each epoch, skipping "
+                                    "solved ones).", SEARCH, choices=STRATEGIES["minibatch_sampler"])
+    accept: str = _field("strict", "A child passes its minibatch test when it scores higher (strict) or "
+                         "at least as high (non_decreasing) as its parent.", SEARCH, choices=STRATEGIES["accept"])
     proposals_per_round: int = _field(1, "Proposals tried at once (faster against slow parallel LM APIs).",
                                       SEARCH, ge=1)
     components: tuple[str, ...] | None = _field(
@@ -121,8 +150,8 @@ class EngineConfig(_Options):
         "is an artifact, rewritten whole and kept verbatim.", SEARCH)
     # proposing: "rewrite" is the paper's full rewrite of the component from a minibatch (engine/reflect.py);
     # "edit" proposes one rule for one frequent mistake, gated on failures and solved cases (engine/edits.py)
-    proposer: Proposer = _field("rewrite", "How children are proposed: rewrite (a whole new text) or edit (one "
-                                "rule per proposal).", REFLECTION)
+    proposer: str = _field("rewrite", "How children are proposed: rewrite (a whole new text) or edit (one "
+                           "rule per proposal).", REFLECTION, choices=STRATEGIES["proposer"])
     reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried).",
                                       REFLECTION, ge=1)
     reflection_temperatures: tuple[float, ...] = _field(
@@ -137,6 +166,24 @@ class EngineConfig(_Options):
     rule_max_tokens: int = _field(90, "Longest rule answer (tokens).", EDIT, ge=1)
     use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)
     max_merges: int = _field(5, "Merges at most.", MERGE, ge=0)
+    # price table: LM name -> [dollars per million input tokens, per million output tokens]
+    prices: dict[str, tuple[float, float]] = _field(
+        {}, "Prices per million tokens (YAML mapping LM name: [input, output]), for the cost ledger.", RUN)
+
+    @field_validator(*STRATEGIES)
+    @classmethod
+    def _strategy_name(cls, v: str, info: ValidationInfo) -> str:
+        names = STRATEGIES[str(info.field_name)]
+        if v in names or (v.startswith(PYTHON) and len(v) > len(PYTHON)):
+            return v
+        raise ValueError(f"Input should be {_one_of(names)} (or an object given to gepetto.optimize())")
+
+    @model_validator(mode="after")
+    def _strategies_fit(self) -> EngineConfig:
+        if self.component_selector == "all" and self.proposer == "edit":
+            raise ValueError("component_selector 'all' needs proposer 'rewrite': the edit proposer changes one "
+                             "component per proposal")
+        return self
 
     _executor_objects: ClassVar[bool] = True  # an Executor object is an option of one process, never stored
 
@@ -186,9 +233,6 @@ class RunConfig(EngineConfig):
     task_lm: str = _field(DEFAULT_TASK_LM, "Task LM, e.g. local:qwen2.5-coder-0.5b, openai:MODEL@URL.", RUN)
     reflection_lm: str = _field(DEFAULT_REFLECTION_LM, "Reflection LM name.", RUN)
     cache: CacheMode = _field("auto", "LM response cache: auto (temperature 0), always, off.", RUN)
-    # price table: LM name -> [dollars per million input tokens, per million output tokens]
-    prices: dict[str, tuple[float, float]] = _field(
-        {}, "Prices per million tokens (YAML mapping LM name: [input, output]), for the cost ledger.", RUN)
     data_dir: str | None = _field(None, "Benchmark data directory (default ../shared/data).", TASK)
     n_train: int | None = _field(None, "Training examples (built-in tasks).", TASK, ge=1)
     n_val: int | None = _field(None, "Validation examples (built-in tasks).", TASK, ge=1)
@@ -252,10 +296,11 @@ class RunConfig(EngineConfig):
 
     @model_validator(mode="after")
     def _objects_only_from_python(self) -> RunConfig:
-        for key in ("task_lm", "reflection_lm"):
+        for key in ("task_lm", "reflection_lm", *STRATEGIES):
             if getattr(self, key).startswith(PYTHON) and not self.task.startswith(PYTHON):
-                raise ValueError(f"{key} {getattr(self, key)!r} stands for an LM object given to gepetto.optimize(); "
-                                 "here give an LM name")
+                what = "an LM" if key.endswith("_lm") else "a strategy"
+                raise ValueError(f"{key} {getattr(self, key)!r} stands for {what} object given to gepetto.optimize(); "
+                                 f"here give {'an LM name' if key.endswith('_lm') else 'a built-in name'}")
         return self
 
     def engine_config(self, **changes: Any) -> EngineConfig:

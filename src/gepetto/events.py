@@ -40,6 +40,8 @@ class StopReason(str, Enum):
     NO_IMPROVEMENT = "no_improvement"  # patience: iterations without a better best
     STALLED = "stalled"  # max_idle_iterations in a row spent no rollout
     STOP_FILE = "stop_file"  # the stop file appeared
+    COST_LIMIT = "cost_limit"  # max_cost_usd spent (as the ledger prices the LM calls)
+    CONDITION = "stop_condition"  # a stop condition given to the run (stop=[...]) decided it
     INTERRUPTED = "interrupted"  # Ctrl-C (SIGINT)
     SIGTERM = "sigterm"
     STOP_REQUESTED = "stop_requested"  # Engine.request_stop() from the caller's code
@@ -83,6 +85,7 @@ _DEFAULT_MESSAGES = {
     StopReason.INTERRUPTED: "interrupted (Ctrl-C)",
     StopReason.SIGTERM: "interrupted (SIGTERM)",
     StopReason.STOP_REQUESTED: "stop requested",
+    StopReason.COST_LIMIT: "cost limit reached",
 }
 # how runs stored before 0.2 said why they stopped (the human message was the only record)
 _OLD_PROSE = (

@@ -32,6 +32,7 @@ from gepetto.config import (
     load_config,
 )
 from gepetto.engine.loop import Engine, Result
+from gepetto.engine.strategies import label
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM
 from gepetto.program import Metric, MetricError, Program, Task
@@ -218,6 +219,8 @@ def open_run(
     stop_file: str | None = None,
     task_lm: LM | None = None,
     reflection_lm: LM | None = None,
+    strategies: Mapping[str, Any] | None = None,
+    stop: Any = None,
 ) -> StoredRun:
     """Create the run `run` in the store, or reopen it to resume; the one path every stored run takes.
 
@@ -225,6 +228,7 @@ def open_run(
     RESUMABLE_CHANGES, and the task must give the same seed candidate and examples, otherwise a ConfigError
     says what differs (ending with `hint`). `task_lm`/`reflection_lm`: LM objects to use instead of building
     them from the config's names. `stop_file`: overrides the config's (it is this session's, never stored).
+    `strategies`: strategy objects (their labels are in the config), `stop`: extra stop conditions (this session's).
     """
     if stop_file is not None:
         cfg = cfg.model_copy(update={"stop_file": stop_file})
@@ -267,7 +271,7 @@ def open_run(
     engine = build_engine(
         task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
         task_lm=task_lm, reflection_lm=reflection_lm, callbacks=[record, *ev.as_callbacks(callbacks)],
-        rollout_store=rollouts, ledger=ledger, config=cfg.engine_config())
+        rollout_store=rollouts, ledger=ledger, config=cfg.engine_config(), stop=stop, **(strategies or {}))
     if info is None:
         store.create_run(name, cfg.stored(), cfg.seed)
         store.put_examples(name, "train", task.trainset)
@@ -309,12 +313,6 @@ def _lm_label(lm: LM | str) -> str:
     return lm if isinstance(lm, str) else f"{PYTHON}{getattr(lm, 'name', type(lm).__name__)}"
 
 
-def _qualified_name(fn: Any) -> str:
-    if not hasattr(fn, "__qualname__"):  # a callable object: name its class
-        fn = type(fn)
-    return f"{getattr(fn, '__module__', '?')}:{fn.__qualname__}"
-
-
 def open_program_run(
     seed_candidate: Candidate | Mapping[str, str] | str,
     trainset: Sequence[Example | Mapping[str, Any]],
@@ -329,6 +327,8 @@ def open_program_run(
     reflection_lm: LM | str = DEFAULT_REFLECTION_LM,
     callbacks: ev.Callbacks = None,
     config: EngineConfig | None = None,
+    strategies: Mapping[str, Any] | None = None,
+    stop: Any = None,
 ) -> StoredRun:
     """`gepetto.optimize(..., storage=...)`: a user's program as a stored run (the arguments are optimize's).
 
@@ -336,7 +336,7 @@ def open_program_run(
     LM objects as `python:NAME`. `cache` defaults to "auto" for LMs given by name and "off" for LM objects (the
     response cache keys on an LM's name, which an object need not make unique).
     """
-    identity = _qualified_name(program if program is not None else metric)
+    identity = label(program if program is not None else metric).removeprefix(PYTHON)
     seed, program = candidate_and_program(seed_candidate, program)
     train = as_examples(trainset)
     val = as_examples(valset) if valset is not None else train
@@ -348,4 +348,5 @@ def open_program_run(
     return open_run(cfg, lambda _cfg, _ledger: task, storage=storage, run=run, explicit=set(RunConfig.model_fields),
                     hint=PYTHON_HINT, callbacks=callbacks,
                     task_lm=None if isinstance(task_lm, str) else task_lm,
-                    reflection_lm=None if isinstance(reflection_lm, str) else reflection_lm)
+                    reflection_lm=None if isinstance(reflection_lm, str) else reflection_lm, strategies=strategies,
+                    stop=stop)

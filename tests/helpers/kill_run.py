@@ -1,6 +1,6 @@
 """Run (or resume) a stored simulated optimisation and kill itself at a chosen point.
 
-    kill_run.py STORAGE RUN WHEN [PROPOSALS_PER_ROUND]
+    kill_run.py STORAGE RUN WHEN [PROPOSALS_PER_ROUND [OPTIONS]]
 
 WHEN: -1 never, N: SIGKILL after N rollout events (these two on one component, no merge); or, on two components
 with merges: never; EVENT:K:R: SIGKILL R rollouts after the K-th EVENT, where
@@ -13,11 +13,12 @@ session, replayed ones included (calls answered from the run store or the cache 
 
 Environment: KILL_RUN_CACHE sets the response-cache mode (default: the config's); KILL_RUN_PAID names a file
 that gets one line per LM call that reaches the LM ("task" or "reflection"), written before the call
-returns, so the calls a kill cut short are counted too.
+returns, so the calls a kill cut short are counted too. OPTIONS: a JSON object of run options added to the config.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -27,10 +28,13 @@ from typing import Any
 from gepetto import events as ev
 
 
-def make_config(merges: bool, per_round: int = 1, cache: str | None = None) -> Any:
+def make_config(merges: bool, per_round: int = 1, cache: str | None = None,
+                options: dict[str, Any] | None = None) -> Any:
+    """The run's config; `options` (the JSON OPTIONS argument) adds or overrides run options."""
     from gepetto.config import load_config
 
-    extra = {"cache": cache} if cache else {}
+    extra: dict[str, Any] = {"cache": cache} if cache else {}
+    extra.update(options or {})
     if not merges:
         return load_config(task="sim", task_lm="sim:task?latency=0.002",
                            reflection_lm="sim:reflection?noise=0.4&seed=5", budget=150, seed=3, max_concurrency=4,
@@ -104,7 +108,8 @@ def main() -> None:
 
     storage, run, when = sys.argv[1], sys.argv[2], sys.argv[3]
     per_round = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-    cfg = make_config(not when.lstrip("-").isdigit(), per_round, os.environ.get("KILL_RUN_CACHE"))
+    options = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    cfg = make_config(not when.lstrip("-").isdigit(), per_round, os.environ.get("KILL_RUN_CACHE"), options)
     sig = signal.SIGKILL
     kill_call = {"task": -1, "reflection": -1}
     if when.startswith("sigterm:"):

@@ -156,8 +156,19 @@ def parse_rule(raw: str) -> str:
     return " ".join(text.replace(RULE_OPEN, " ").replace(RULE_CLOSE, " ").split()).strip('"').strip()
 
 
-def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequence[Shown]) -> tuple[str, str]:
-    """(rule, why rejected or ""): a rule worth a rollout is short, new, general and free of our markers."""
+def copies_pattern(rule: str, pattern: str) -> bool:
+    """Whether the rule quotes a clause of the failure pattern's label (e.g. "answered apr" from the pattern
+    "answered apr, expected out_of_scope"): the label names the mistake for us; copied into a rule it is noise
+    the task LM reads as an answer ("answer apr instead of 'answered apr'")."""
+    text = " ".join(rule.lower().split())
+    clauses = [" ".join(c.lower().split()) for c in re.split(r"[,;]", pattern)]
+    return any(len(c.split()) >= 2 and c in text for c in clauses)
+
+
+def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequence[Shown],
+             pattern: str = "") -> tuple[str, str]:
+    """(rule, why rejected or ""): a rule worth a rollout is short, new, general and free of our markers
+    (tags, headers, and the failure pattern's own label)."""
     rule = parse_rule(raw)
     if finish_reason == "length":
         rule, _ = drop_repeats(rule)
@@ -175,7 +186,7 @@ def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequenc
         return rule, "unchanged"
     if _CHAT_OPENERS.match(rule) or _CHAT_ASKS.search(rule):
         return rule, "chat reply"
-    if has_scaffolding(rule):
+    if has_scaffolding(rule) or (pattern and copies_pattern(rule, pattern)):
         return rule, "copies our prompt markers"
     if echo_fraction(rule, shown_examples) > 0.5:
         return rule, "echoes the examples"
@@ -190,7 +201,8 @@ def retry_hint(why: str, pattern: str) -> str:
         "unchanged": "The instruction already says that, and the mistake still happens.",
         "already tried": "That rule was already tried and did not help.",
         "echoes the examples": "That copies the inputs; describe the kind of input in general words instead.",
-        "copies our prompt markers": "That contains headers or tags from my message; write only the rule itself.",
+        "copies our prompt markers": ("That contains headers, tags or the mistake's label from my message; write "
+                                      "only the rule itself, naming the right answer."),
         "chat reply": "Do not talk to me; write the rule for the assistant.",
     }
     return f"{reasons.get(why, f'That answer was not usable ({why}).')} {ask}"

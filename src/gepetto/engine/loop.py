@@ -1,8 +1,11 @@
 """The GEPA loop: select a parent on the Pareto front, reflect on one component, test the child on a
 minibatch, validate it if it is better, merge lineages now and then; all within a budget of rollouts.
 
-Every decision derives from the seed and what was paid for (rollouts, reflection answers), so a run that is
-replayed over its stored rollouts and LM answers takes exactly the same path (that is how resume works).
+The decisions are strategies (engine/strategies.py: parent, components, minibatch, acceptance; the proposer,
+engine/proposers.py; when to stop, engine/stopping.py); the engine pays for rollouts, keeps the budget contract
+and the books. Every decision derives from the seed and what was paid for (rollouts, reflection answers), so a
+run that is replayed over its stored rollouts and LM answers takes exactly the same path (that is how resume
+works).
 """
 
 from __future__ import annotations
@@ -11,19 +14,19 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from gepetto import events as ev
-from gepetto.config import EngineConfig
-from gepetto.engine import edits
+from gepetto.config import ConfigError, EngineConfig
+from gepetto.engine import stopping
 from gepetto.engine.executors import Executor, make_executor
 from gepetto.engine.merge import find_merge
 from gepetto.engine.pareto import best_index
-from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
+from gepetto.engine.proposers import ProposalRequest, as_proposal
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
+from gepetto.engine.strategies import Strategies
 from gepetto.events import Outcome, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
@@ -95,13 +98,19 @@ class _OutOfBudget(Exception):
 
 @dataclass(frozen=True)
 class _Plan:
-    """A proposal decided but not yet tried: which parent, which component, which minibatch, worst cost."""
+    """A proposal decided but not yet tried: which parent, which components, which minibatch, worst cost (the
+    parent's new rollouts, the child's test, its validation)."""
 
     iteration: int
     parent_idx: int
-    component: str
+    components: tuple[str, ...]
     batch: list[Example]
+    test: int
     cost: int
+
+    @property
+    def component(self) -> str:
+        return "+".join(self.components)
 
 
 @dataclass
@@ -114,7 +123,11 @@ class _Turn:
 
 
 class Engine:
-    """Runs one optimisation. Construct, then `await engine.run()`; `request_stop()` ends it gracefully."""
+    """Runs one optimisation. Construct, then `await engine.run()`; `request_stop()` ends it gracefully.
+
+    `strategies`: objects for some of the strategy options (by name: parent_selector, ..., proposer, accept), in
+    place of the built-ins the config names; `stop`: stop conditions in addition to the config's.
+    """
 
     def __init__(
         self,
@@ -130,33 +143,36 @@ class Engine:
         callbacks: ev.Callbacks = None,
         rollout_store: RolloutStore | None = None,
         ledger: Ledger | None = None,
+        strategies: Mapping[str, Any] | None = None,
+        stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
     ) -> None:
         self.config = cfg = config or EngineConfig()
         _check_inputs(seed_candidate, trainset, valset, cfg)
         self.program, self.metric, self.seed = program, metric, seed_candidate
         self.trainset, self.valset = list(trainset), list(valset)
-        self._train_by_id = {e.id: e for e in self.trainset}
-        self._epoch_order: tuple[int, list[int]] = (-1, [])  # (epoch, shuffled training indices), derived
         self.components = list(cfg.components or seed_candidate.keys())
         self.state = RunState([e.id for e in valset], cfg.budget, ledger=ledger or Ledger())
+        self.state.ledger.prices = self.state.ledger.prices or dict(cfg.prices)
         self.task_lm = MeteredLM(task_lm, self.state.ledger, "task")
         self.reflection_lm = MeteredLM(reflection_lm, self.state.ledger, "reflection")
+        _check_prices(cfg, self.state.ledger, (task_lm.name, reflection_lm.name))
         self.callbacks = ev.as_callbacks(callbacks)  # each is called with every event (gepetto.events)
         self.rollout_store = rollout_store
         self.executor: Executor = make_executor(cfg.executor, cfg)
-        child_test = cfg.minibatch_size + cfg.gate_solved if cfg.proposer == "edit" else cfg.minibatch_size
-        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size, child_test)
+        self.strategies = Strategies.resolve(cfg, strategies)
+        self.stop_conditions = [*stopping.from_config(cfg, len(self.trainset)), *stopping.as_conditions(stop)]
+        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size,
+                                            getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size)
         self._stop: Stop | None = None
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None
         self._tried: set[str] = set()  # ids of every child ever proposed (never pay twice for one text)
-        # edit reflection's memory: (parent id, component) -> failure pattern -> rules that did not help
-        self._rules_tried: dict[tuple[str, str], dict[str, list[str]]] = {}
         self._validating: dict[str, CandidateRecord] = {}  # validations begun and not yet committed
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
         self._since_improvement = 0
         self._lm_failures = 0  # LM infrastructure failures in a row
+        self._t0 = time.monotonic()
 
     # ---- public control -------------------------------------------------------------------------
     def request_stop(self, reason: StopReason = StopReason.STOP_REQUESTED, message: str | None = None) -> None:
@@ -166,17 +182,18 @@ class Engine:
         if self._current is not None and not self._current.done():
             self._current.cancel()
 
-    async def run(self) -> Result:
+    async def run(self, *, session_stops: Sequence[stopping.StopCondition] = ()) -> Result:
+        """Run to the end. `session_stops`: stop conditions of this session only (e.g. on SIGTERM)."""
         cfg, st = self.config, self.state
-        t0 = time.monotonic()
+        self._t0 = time.monotonic()
         self._sem = asyncio.Semaphore(cfg.max_concurrency)
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(cfg.time_limit, self.request_stop, StopReason.TIME_LIMIT) if cfg.time_limit else None
+        conditions = [*self.stop_conditions, *session_stops]
+        disarm = [undo for c in conditions if (undo := stopping.arm(c, self.request_stop)) is not None]
         self._emit(ev.PlanMade(self.plan))
         try:
             await self._guarded(self._add_candidate(self.seed, (), "seed", None))
             while self._stop is None:
-                self._stop = self._check_stop()
+                self._stop = self._check_stop(conditions)
                 if self._stop:
                     break
                 before = st.rollouts_used
@@ -188,9 +205,9 @@ class Engine:
                 self._emit(ev.IterationEnded(st.iteration, st.rollouts_used, st.budget, st.best().mean,
                                              len(st.archive.front), len(st.records)))
         finally:
-            if timer:
-                timer.cancel()
-        result = self._result(self._stop or Stop(StopReason.STOP_REQUESTED), time.monotonic() - t0)
+            for undo in disarm:
+                undo()
+        result = self._result(self._stop or Stop(StopReason.STOP_REQUESTED), time.monotonic() - self._t0)
         self._emit(ev.RunEnded(result))
         return result
 
@@ -219,29 +236,24 @@ class Engine:
         return random.Random(f"{self.config.seed}:{self.state.iteration}")
 
     def _plan_proposal(self) -> _Plan:
-        """Choose parent, component and minibatch (sequential decisions, so rounds stay deterministic)."""
-        st = self.state
+        """Choose parent, components and minibatch (sequential decisions, so rounds stay deterministic)."""
+        st, s = self.state, self.strategies
         rng = self._rng()
-        parent_idx = st.archive.sample(rng)
+        parent_idx = s.parent_selector(st, rng)
+        if not 0 <= parent_idx < len(st.records):
+            raise ValueError(f"the parent selector chose {parent_idx!r}, not in 0-{len(st.records) - 1} (the pool)")
         parent = st.records[parent_idx].candidate
-        turn = st.next_component.get(parent_idx, 0)
-        st.next_component[parent_idx] = turn + 1
-        component = self.components[turn % len(self.components)]
-        if self._edits(component):
-            batch = self._evidence_batch(parent)
-            gate = self.config.minibatch_size + self.config.gate_solved
-        else:
-            batch = self._next_minibatch(parent)
-            gate = len(batch)
+        components = tuple(s.component_selector(st, parent_idx, self.components, rng))
+        if not components or any(c not in self.components for c in components):
+            raise ValueError(f"the component selector chose {components}; it may choose among {self.components}")
+        own = getattr(s.proposer, "minibatch", None)  # a proposer may choose the examples itself (edit does)
+        batch = own(st, parent, components, self.trainset) if own is not None else None
+        test = self.plan.child_test if batch is not None else 0
+        if batch is None:
+            batch = s.minibatch_sampler(st, parent, self.trainset, rng)
+            test = len(batch)
         unknown = sum(st.known(parent, e.id) is None for e in batch)
-        return _Plan(st.iteration, parent_idx, component, batch, unknown + gate + len(self.valset))
-
-    def _description(self, component: str) -> str | None:
-        return (self.config.component_descriptions or {}).get(component) or None
-
-    def _edits(self, component: str) -> bool:
-        """Whether `component` gets an edit (a rule line appended): only an instruction, never an artifact."""
-        return self.config.proposer == "edit" and self._description(component) is None
+        return _Plan(st.iteration, parent_idx, components, batch, test, unknown + test + len(self.valset))
 
     async def _reflective_round(self) -> None:
         """Plan up to `proposals_per_round` proposals, try them concurrently, add the accepted ones in order.
@@ -296,33 +308,44 @@ class Engine:
         return (rec.candidate, scores) if rec is not None and len(scores) == len(self.valset) else None
 
     async def _try_proposal(self, plan: _Plan, turn: _Turn | None = None) -> tuple[Candidate, dict[str, float]] | None:
-        """Minibatch, reflection, child minibatch and, if better, validation: the child's scores or None."""
-        cfg, st = self.config, self.state
+        """Minibatch, proposal, the child's test and, if it passes, validation: the child's scores or None."""
+        st = self.state
         parent = st.records[plan.parent_idx].candidate
         self._emit(ev.PhaseStarted("minibatch", candidate=plan.parent_idx, component=plan.component))
         parent_runs = await self._evaluate(parent, plan.batch)
-        if self._edits(plan.component):
-            return await self._try_edit(plan, parent, turn)
-        if all(r.score.value >= cfg.perfect_score for r in parent_runs):
-            st.proposals[Outcome.PARENT_PERFECT] += 1
+        # (the rng's name is the edit proposer's, its first user: renaming it would change every edit run)
+        request = ProposalRequest(parent, plan.parent_idx, plan.components, plan.batch, parent_runs, plan.iteration,
+                                  random.Random(f"{self.config.seed}:{plan.iteration}:edit"), self.config, st,
+                                  self.trainset, self._reflect, lambda c: c.id in self._tried, self._count, self._emit)
+        proposal = as_proposal(await self.strategies.proposer.propose(request), request)
+        if proposal is None:
             return None
-        examples = reflective_examples(parent_runs, plan.component, plan.batch)
-        text = await self._propose(parent[plan.component], examples, plan.iteration, self._description(plan.component))
-        if text is None:
-            return None
-        child = parent.replace(plan.component, text)
+        child = parent
+        for component, text in proposal.texts.items():
+            child = child.replace(component, text)
         if not await self._claim(child, turn):
             st.proposals[Outcome.ALREADY_TRIED] += 1
             return None
-        child_runs = await self._evaluate(child, plan.batch)
-        before, after = sum(r.score.value for r in parent_runs), sum(r.score.value for r in child_runs)
-        accepted = after > before if cfg.accept == "strict" else after >= before
-        self._emit(ev.ProposalTested(plan.parent_idx, plan.component, text, before, after, accepted))
+        test = plan.batch if proposal.test_on is None else list(proposal.test_on)
+        cost = sum(st.known(parent, e.id) is None for e in test) + len(test)
+        if test is not plan.batch and cost > plan.test:
+            raise ValueError(f"the proposer's test needs {cost} rollouts, more than the {plan.test} set aside")
+        before = [r.score.value for r in (parent_runs if test is plan.batch else await self._evaluate(parent, test))]
+        after = [r.score.value for r in await self._evaluate(child, test)]
+        accepted = bool(self.strategies.accept(before, after))
+        text = "\n\n".join(child[c] for c in proposal.texts)
+        self._emit(ev.ProposalTested(plan.parent_idx, plan.component, text, sum(before), sum(after), accepted,
+                                     proposal.rule, proposal.pattern))
+        if proposal.verdict is not None:
+            proposal.verdict(child, accepted)
         if not accepted:
             st.proposals[Outcome.NOT_BETTER] += 1
             return None
         st.proposals[Outcome.ACCEPTED] += 1
         return child, await self._validate(child, (plan.parent_idx,), "reflection", plan.component, plan.iteration)
+
+    def _count(self, outcome: Outcome) -> None:
+        self.state.proposals[outcome] += 1
 
     async def _claim(self, child: Candidate, turn: _Turn | None) -> bool:
         """Mark `child` as tried; False if it already was. Within a round, in plan order (see `_Turn`)."""
@@ -333,73 +356,6 @@ class Engine:
         if turn is not None:
             turn.done.set()
         return fresh
-
-    async def _try_edit(self, plan: _Plan, parent: Candidate, turn: _Turn | None = None
-                        ) -> tuple[Candidate, dict[str, float]] | None:
-        """One rule for one frequent mistake of the parent, tested on its failures and on solved cases."""
-        cfg, st = self.config, self.state
-        evidence = [r for e in self.trainset if (r := st.known(parent, e.id)) is not None]
-        rng = random.Random(f"{cfg.seed}:{plan.iteration}:edit")
-        tried = self._rules_tried.setdefault((parent.id, plan.component), {})
-        focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
-                                   max_contrast=cfg.gate_solved)
-        if focus is None:
-            st.proposals[Outcome.NO_OPEN_MISTAKE] += 1
-            return None
-        current = parent[plan.component]
-        rule = await self._ask_rule(parent, focus, plan, tried.get(focus.pattern, []))
-        if rule is None:
-            return None
-        child = parent.replace(plan.component, edits.apply_rule(current, rule))
-        if not await self._claim(child, turn):
-            st.proposals[Outcome.ALREADY_TRIED] += 1
-            return None
-        gate = [self._train_by_id[i] for i in edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size,
-                                                    cfg.gate_solved, rng)]
-        parent_runs = await self._evaluate(parent, gate)  # known: free
-        child_runs = await self._evaluate(child, gate)
-        before, after = sum(r.score.value for r in parent_runs), sum(r.score.value for r in child_runs)
-        accepted = after > before if cfg.accept == "strict" else after >= before
-        self._emit(ev.ProposalTested(plan.parent_idx, plan.component, child[plan.component], before, after, accepted,
-                                     rule, focus.pattern))
-        if not accepted:
-            tried.setdefault(focus.pattern, []).append(rule)
-            st.proposals[Outcome.NOT_BETTER] += 1
-            return None
-        st.proposals[Outcome.ACCEPTED] += 1
-        # rules that failed on the parent would fail on the child too: it inherits the memory
-        self._rules_tried[(child.id, plan.component)] = {p: list(r) for p, r in tried.items()}
-        return child, await self._validate(child, (plan.parent_idx,), "reflection", plan.component, plan.iteration)
-
-    async def _ask_rule(self, parent: Candidate, focus: edits.Focus, plan: _Plan, tried_rules: list[str]
-                        ) -> str | None:
-        """Ask the reflection LM for one rule; vet each answer and retry a bounded number of times. A rule whose
-        child was already tried is refused here too, so a repeated answer costs a retry, not the proposal."""
-        cfg, st = self.config, self.state
-        current = parent[plan.component]
-        self._emit(ev.PhaseStarted("reflection"))
-        by_id = self._train_by_id
-        messages = edits.build_edit_prompt(current, focus, plan.component, tried_rules, by_id)
-        shown = [edits.shown(r, plan.component, example=by_id.get(r.example_id))
-                 for r in focus.failures + focus.contrast]
-        temps = list(cfg.reflection_temperatures) or [0.0]
-        for attempt in range(cfg.reflection_attempts):
-            params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": cfg.rule_max_tokens,
-                      "seed": cfg.seed * 100_003 + plan.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
-            out = await self._reflect(messages, params)
-            if out is None:
-                continue
-            rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown)
-            if not why and parent.replace(plan.component, edits.apply_rule(current, rule)).id in self._tried:
-                why = "already tried"
-            rejected = Outcome.rejected(why) if why else None
-            self._emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
-            if rejected is None:
-                return rule
-            st.proposals[rejected] += 1
-            messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
-                        {"role": "user", "content": edits.retry_hint(why, focus.pattern)}]
-        return None
 
     async def _merge_step(self) -> None:
         cfg, st = self.config, self.state
@@ -438,33 +394,6 @@ class Engine:
             self.state.proposals[Outcome.REFLECTION_ERROR] += 1
             self._emit(ev.ReflectionFailed(f"{type(exc).__name__}: {exc}"))
             return None
-
-    async def _propose(self, current: str, examples: list[ReflectionExample], iteration: int,
-                       description: str | None = None) -> str | None:
-        """Ask the reflection LM for a new text; vet each answer and retry a bounded number of times. With a
-        `description` the text is an artifact (a regex, code, ...), said so in the prompt and vetted verbatim."""
-        cfg, st = self.config, self.state
-        artifact = description is not None
-        self._emit(ev.PhaseStarted("reflection"))
-        messages = build_prompt(current, examples, max_chars=cfg.reflection_chars, description=description)
-        max_tokens = cfg.reflection_max_tokens
-        temps = list(cfg.reflection_temperatures) or [0.0]
-        for attempt in range(cfg.reflection_attempts):
-            params = {"temperature": temps[min(attempt, len(temps) - 1)], "max_tokens": max_tokens,
-                      "seed": cfg.seed * 100_003 + iteration * 10 + attempt, "stop": [CLOSE_TAG]}
-            out = await self._reflect(messages, params)
-            if out is None:
-                continue
-            proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
-            rejected = Outcome.rejected(proposal.rejected) if proposal.rejected else None
-            self._emit(ev.ReflectionAnswered(attempt, rejected, proposal.text, out.text))
-            if rejected is None:
-                return proposal.text
-            st.proposals[rejected] += 1
-            if proposal.rejected == "truncated":
-                max_tokens *= 2
-            messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact)
-        return None
 
     # ---- evaluation and bookkeeping ------------------------------------------------------------
     async def _evaluate(self, candidate: Candidate, examples: Sequence[Example]) -> list[Rollout]:
@@ -569,68 +498,12 @@ class Engine:
         if cost > self.state.remaining:
             raise _OutOfBudget(f"budget: the {what} could cost {cost} rollouts, {self.state.remaining} left")
 
-    def _next_train_example(self) -> Example:
-        """The example at the training cursor, in an order shuffled anew each epoch (seeded), and advance."""
-        n = len(self.trainset)
-        epoch, pos = divmod(self.state.train_cursor, n)
-        if self._epoch_order[0] != epoch:
-            order = list(range(n))
-            random.Random(f"{self.config.seed}:epoch:{epoch}").shuffle(order)
-            self._epoch_order = (epoch, order)
-        self.state.train_cursor += 1
-        return self.trainset[self._epoch_order[1][pos]]
-
-    def _next_minibatch(self, parent: Candidate) -> list[Example]:
-        """The next examples of the epoch-shuffled training order, skipping ones the parent already solves."""
-        cfg, st = self.config, self.state
-        n, b = len(self.trainset), min(cfg.minibatch_size, len(self.trainset))
-        chosen: list[Example] = []
-        solved: list[Example] = []
-        for _ in range(n):
-            ex = self._next_train_example()
-            if any(ex.id == c.id for c in chosen):
-                continue
-            known = st.known(parent, ex.id)
-            if known is not None and known.score.value >= cfg.perfect_score:
-                solved.append(ex)
-                continue
-            chosen.append(ex)
-            if len(chosen) == b:
-                break
-        return (chosen + solved)[:b]
-
-    def _evidence_batch(self, parent: Candidate) -> list[Example]:
-        """Training examples the parent has not run yet, in epoch order: `minibatch_size` of them, more while
-        the parent has fewer than `evidence_size` known training rollouts."""
-        cfg, st = self.config, self.state
-        n = len(self.trainset)
-        known = sum(st.known(parent, e.id) is not None for e in self.trainset)
-        want = min(max(cfg.minibatch_size, cfg.evidence_size - known), n - known)
-        chosen: list[Example] = []
-        for _ in range(n):
-            if len(chosen) >= want:
-                break
-            ex = self._next_train_example()
-            if st.known(parent, ex.id) is None and all(ex.id != c.id for c in chosen):
-                chosen.append(ex)
-        return chosen
-
-    def _check_stop(self) -> Stop | None:
-        cfg, st = self.config, self.state
-        best = st.best().mean
-        if cfg.target_score is not None and best >= cfg.target_score:
-            return Stop(StopReason.TARGET_REACHED, f"target score {cfg.target_score} reached")
-        if best >= cfg.perfect_score:
-            return Stop(StopReason.PERFECT_SCORE)
-        if cfg.stop_file and Path(cfg.stop_file).exists():
-            return Stop(StopReason.STOP_FILE, f"stop file {cfg.stop_file} found")
-        if cfg.patience is not None and self._since_improvement >= cfg.patience:
-            return Stop(StopReason.NO_IMPROVEMENT, f"no improvement for {cfg.patience} iterations")
-        if self._idle >= cfg.max_idle_iterations:
-            return Stop(StopReason.STALLED, f"stalled: {self._idle} iterations in a row found nothing worth a rollout")
-        if st.remaining < min(cfg.minibatch_size, len(self.trainset)):
-            return Stop(StopReason.BUDGET_EXHAUSTED)
-        return None
+    def _check_stop(self, conditions: Sequence[stopping.StopCondition]) -> Stop | None:
+        st = self.state
+        status = stopping.RunStatus(st.iteration, st.rollouts_used, st.budget, st.best().mean, len(st.records),
+                                    self._since_improvement, self._idle, time.monotonic() - self._t0,
+                                    st.ledger.total().cost, st)
+        return next((stop for c in conditions if (stop := stopping.decide(c, status)) is not None), None)
 
     def _paid_scores(self, candidate: Candidate) -> dict[str, float]:
         """The validation scores of `candidate` paid for so far."""
@@ -665,6 +538,15 @@ class Engine:
         return Result(best.candidate, best.mean, st.records[0].mean, list(st.records), st.archive.front,
                       st.rollouts_used, st.budget, st.ledger, stop.reason, stop.message, st.iteration,
                       dict(st.proposals), list(st.history), seconds, partial)
+
+
+def _check_prices(cfg: EngineConfig, ledger: Ledger, names: Sequence[str]) -> None:
+    """A spend limit needs prices of the LMs it spends on: without them the ledger counts $0 and it never stops."""
+    if cfg.max_cost_usd is not None and not any(n in ledger.prices for n in names):
+        raise ConfigError(f"max_cost_usd={cfg.max_cost_usd:g} needs prices (dollars per million input and output "
+                          f"tokens) for the LMs {', '.join(map(repr, names))}, e.g. prices={{{names[0]!r}: [0.4, "
+                          f"1.6]}}; without them their calls cost $0 and the limit could never stop the run "
+                          f"(prices given: {sorted(ledger.prices) or 'none'})")
 
 
 def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Example], cfg: EngineConfig) -> None:

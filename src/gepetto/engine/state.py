@@ -85,6 +85,8 @@ class RunState:
     train_cursor: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)  # (rollouts used, best mean) on change
     proposals: Counter = field(default_factory=Counter)  # outcome -> count
+    # what strategies remember between iterations (e.g. the edit proposer's rules that did not help), by key
+    memory: dict[str, Any] = field(default_factory=dict)
     ledger: Ledger = field(default_factory=Ledger)
     means: list[float] = field(default_factory=list)  # records[i].mean, computed once per record
     archive: ParetoArchive = field(init=False)

@@ -1,2 +1,3 @@
-"""Optional integrations (Ray, gepa adapters, MLflow): each an extra that imports its own heavy dependency only
-when used, and the engine never imports any of them."""
+"""Optional integrations with other tools (DSPy programs, gepa adapters, MLflow tracking, Ray executor). Each lives
+in its own module, imports its tool lazily (only when that module is imported), and is installed with its extra,
+e.g. `pip install "gepetto[dspy]"`. The engine never imports any of them."""

@@ -1,0 +1,243 @@
+"""Proposers: how a child's new texts are written from its parent's rollouts.
+
+The engine runs the parent on a minibatch, hands the rollouts (outputs, traces, feedback) to the proposer, and
+takes back new texts; it then makes the child, tests it against the parent on the same examples (or on those
+the proposal names), and validates it if the acceptance rule passes it. Built in: `Rewrite` ("rewrite", the
+paper's reflective rewrite: engine/reflect.py) and `Edit` ("edit", one rule per proposal: engine/edits.py).
+
+A proposer of your own is any object with `async def propose(self, request) -> Proposal | dict | None`:
+
+    class Shout:
+        async def propose(self, request: ProposalRequest) -> dict[str, str] | None:
+            (component,) = request.components
+            return {component: request.parent[component] + "\\nAnswer in capitals."}
+
+It keeps the strategies' contract (engine/strategies.py): randomness only from `request.rng`, memory in
+`request.state.memory`, and LM calls through `request.reflect(...)`, the run's reflection LM, whose answers are
+metered, stored with a run and replayed on resume (an LM of its own would make resume inexact).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gepetto import events as ev
+from gepetto.config import EngineConfig
+from gepetto.engine import edits
+from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
+from gepetto.engine.state import RunState
+from gepetto.engine.strategies import EpochShuffled
+from gepetto.events import Outcome
+from gepetto.lm.base import Completion, Message
+from gepetto.program import Rollout
+from gepetto.types import Candidate, Example
+
+
+@dataclass(frozen=True)
+class ProposalRequest:
+    """What a proposer gets for one proposal: the parent, what to change, its rollouts, and the engine's services."""
+
+    parent: Candidate
+    parent_index: int
+    components: tuple[str, ...]  # the components to change (the component selector's choice)
+    examples: list[Example]  # the minibatch
+    runs: list[Rollout]  # the parent's rollouts on `examples`, in the same order
+    iteration: int
+    rng: random.Random  # this proposal's own, seeded by the run's seed and the iteration
+    config: EngineConfig
+    state: RunState  # read it; write only `state.memory`
+    trainset: Sequence[Example]
+    # the run's reflection LM: metered, stored with a run and replayed on resume; None when the call failed (it
+    # cost an attempt, counted as Outcome.REFLECTION_ERROR); LM outages are retried and may stop the run
+    reflect: Callable[[list[Message], dict[str, Any]], Awaitable[Completion | None]]
+    tried: Callable[[Candidate], bool]  # whether this child was proposed before (it would not be paid for again)
+    count: Callable[[Outcome], None]  # count an outcome in Result.proposals (e.g. a rejected answer)
+    emit: Callable[[ev.Event], None]  # tell the callbacks (PhaseStarted, ReflectionAnswered, ...)
+
+    def description(self, component: str) -> str | None:
+        """What kind of text `component` is, if the config describes it (an artifact, not an instruction)."""
+        return (self.config.component_descriptions or {}).get(component) or None
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """New texts for some of the components; the rest of the child is the parent's.
+
+    `test_on`: the examples the child is tested on (default: the minibatch); the parent's rollouts on them must
+    be known or fit the rollouts set aside (`Proposer.test_size`). `rule`/`pattern` go into the ProposalTested
+    event. `verdict(child, accepted)` is called once the test has decided.
+    """
+
+    texts: Mapping[str, str]
+    test_on: Sequence[Example] | None = None
+    rule: str | None = None
+    pattern: str | None = None
+    verdict: Callable[[Candidate, bool], None] | None = None
+
+
+class Proposer(Protocol):
+    """Writes a child's new texts. Returns a `Proposal`, a mapping {component: new text}, or None (nothing worth
+    testing; count why with `request.count`).
+
+    Optional: `test_size` (int), the most rollouts a child's test takes when the proposer picks its own examples,
+    and `minibatch(state, parent, components, trainset)` returning the examples the parent runs on (None: the
+    minibatch sampler's); a test may then take up to `test_size` rollouts."""
+
+    async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None: ...
+
+
+def as_proposal(answer: Proposal | Mapping[str, str] | None, request: ProposalRequest) -> Proposal | None:
+    """A proposer's answer as a Proposal, checked: known components, texts that are strings, something new."""
+    if answer is None:
+        return None
+    proposal = answer if isinstance(answer, Proposal) else Proposal(dict(answer))
+    unknown = [c for c in proposal.texts if c not in request.parent]
+    if unknown or not all(isinstance(t, str) for t in proposal.texts.values()):
+        raise ValueError(f"the proposer returned texts for {unknown or list(proposal.texts)}: give strings for "
+                         f"components of the candidate ({list(request.parent)})")
+    return proposal if proposal.texts else None
+
+
+def temperature(cfg: EngineConfig, attempt: int) -> float:
+    temps = list(cfg.reflection_temperatures) or [0.0]
+    return temps[min(attempt, len(temps) - 1)]
+
+
+class Rewrite:
+    """The paper's proposer: show the reflection LM the minibatch rollouts of one component with their feedback
+    and ask for a whole new text; vet each answer (engine/reflect.py) and ask again, told why, a bounded number of
+    times. With several components, one rewrite each. A described component is an artifact, kept verbatim."""
+
+    async def propose(self, request: ProposalRequest) -> dict[str, str] | None:
+        if all(r.score.value >= request.config.perfect_score for r in request.runs):
+            request.count(Outcome.PARENT_PERFECT)
+            return None
+        texts = {}
+        for component in request.components:
+            examples = reflective_examples(request.runs, component, request.examples)
+            text = await self.rewrite(request, component, examples)
+            if text is not None:
+                texts[component] = text
+        return texts or None
+
+    async def rewrite(self, request: ProposalRequest, component: str, examples: list[ReflectionExample]
+                      ) -> str | None:
+        cfg, current, description = request.config, request.parent[component], request.description(component)
+        artifact = description is not None
+        request.emit(ev.PhaseStarted("reflection"))
+        messages = build_prompt(current, examples, max_chars=cfg.reflection_chars, description=description)
+        max_tokens = cfg.reflection_max_tokens
+        for attempt in range(cfg.reflection_attempts):
+            params = {"temperature": temperature(cfg, attempt), "max_tokens": max_tokens,
+                      "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [CLOSE_TAG]}
+            out = await request.reflect(messages, params)
+            if out is None:
+                continue
+            proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
+            rejected = Outcome.rejected(proposal.rejected) if proposal.rejected else None
+            request.emit(ev.ReflectionAnswered(attempt, rejected, proposal.text, out.text))
+            if rejected is None:
+                return proposal.text
+            request.count(rejected)
+            if proposal.rejected == "truncated":
+                max_tokens *= 2
+            messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact)
+        return None
+
+
+class Edit:
+    """One rule for one frequent mistake of the parent (engine/edits.py), tested on that mistake's failures and
+    on solved cases. The parent first runs on training examples it has not run yet (its evidence grows); a
+    described component (an artifact) is rewritten whole instead, on the sampler's minibatch. Rules that did not
+    help are remembered per parent and component (in `state.memory`), and inherited by an accepted child."""
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        self.cfg = cfg
+        self.test_size = cfg.minibatch_size + cfg.gate_solved
+        self.whole = Rewrite()
+        self.walker = EpochShuffled(cfg.minibatch_size, cfg.seed, cfg.perfect_score)
+
+    def _edits(self, components: Sequence[str]) -> bool:
+        """Whether the proposal is an edit (a rule line appended): only to an instruction, never to an artifact."""
+        if len(components) != 1:
+            raise ValueError("the edit proposer changes one component per proposal: use component_selector "
+                             "'round-robin' with it")
+        return not (self.cfg.component_descriptions or {}).get(components[0])
+
+    def minibatch(self, state: RunState, parent: Candidate, components: Sequence[str], trainset: Sequence[Example]
+                  ) -> list[Example] | None:
+        """Training examples the parent has not run yet, in epoch order: `minibatch_size` of them, more while the
+        parent has fewer than `evidence_size` known training rollouts (None for an artifact: the sampler's)."""
+        cfg = self.cfg
+        if not self._edits(components):
+            return None
+        n = len(trainset)
+        known = sum(state.known(parent, e.id) is not None for e in trainset)
+        want = min(max(cfg.minibatch_size, cfg.evidence_size - known), n - known)
+        chosen: list[Example] = []
+        for _ in range(n):
+            if len(chosen) >= want:
+                break
+            ex = self.walker.next_example(state, trainset)
+            if state.known(parent, ex.id) is None and all(ex.id != c.id for c in chosen):
+                chosen.append(ex)
+        return chosen
+
+    async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
+        cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
+        if not self._edits(request.components):
+            return await self.whole.propose(request)
+        (component,) = request.components
+        evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
+        memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.setdefault("edit.rules_tried", {})
+        tried = memory.setdefault((parent.id, component), {})
+        focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
+                                   max_contrast=cfg.gate_solved)
+        if focus is None:
+            request.count(Outcome.NO_OPEN_MISTAKE)
+            return None
+        rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
+        if rule is None:
+            return None
+        by_id = {e.id: e for e in request.trainset}
+        gate = [by_id[i] for i in edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size,
+                                                   cfg.gate_solved, rng)]
+
+        def verdict(child: Candidate, accepted: bool) -> None:
+            if accepted:  # rules that failed on the parent would fail on the child too: it inherits the memory
+                memory[(child.id, component)] = {p: list(r) for p, r in tried.items()}
+            else:
+                tried.setdefault(focus.pattern, []).append(rule)
+
+        return Proposal({component: edits.apply_rule(parent[component], rule)}, gate, rule, focus.pattern, verdict)
+
+    async def _ask_rule(self, request: ProposalRequest, component: str, focus: edits.Focus, tried_rules: list[str]
+                        ) -> str | None:
+        """Ask the reflection LM for one rule; vet each answer and retry a bounded number of times. A rule whose
+        child was already tried is refused here too, so a repeated answer costs a retry, not the proposal."""
+        cfg, parent = request.config, request.parent
+        current = parent[component]
+        request.emit(ev.PhaseStarted("reflection"))
+        by_id = {e.id: e for e in request.trainset}
+        messages = edits.build_edit_prompt(current, focus, component, tried_rules, by_id)
+        shown = [edits.shown(r, component, example=by_id.get(r.example_id)) for r in focus.failures + focus.contrast]
+        for attempt in range(cfg.reflection_attempts):
+            params = {"temperature": temperature(cfg, attempt), "max_tokens": cfg.rule_max_tokens,
+                      "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
+            out = await request.reflect(messages, params)
+            if out is None:
+                continue
+            rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
+            if not why and request.tried(parent.replace(component, edits.apply_rule(current, rule))):
+                why = "already tried"
+            rejected = Outcome.rejected(why) if why else None
+            request.emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
+            if rejected is None:
+                return rule
+            request.count(rejected)
+            messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
+                        {"role": "user", "content": edits.retry_hint(why, focus.pattern)}]
+        return None

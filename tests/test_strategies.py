@@ -1,0 +1,369 @@
+"""Swappable strategies: each built-in exercised on scripted/simulated LMs, strategies and stop conditions of one's
+own plugged in through gepetto.optimize, and exact resume for every built-in parent selector."""
+
+import asyncio
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import gepetto
+from gepetto.cli import app
+from gepetto.config import ConfigError, EngineConfig, load_config
+from gepetto.engine import stopping
+from gepetto.engine.pareto import best_index
+from gepetto.engine.proposers import Proposal, ProposalRequest
+from gepetto.engine.state import CandidateRecord, RunState
+from gepetto.engine.strategies import CurrentBest, EpsilonGreedy, Pareto
+from gepetto.events import CandidateAdded, PhaseStarted, ProposalTested, RolloutFinished, Stop, StopReason
+from gepetto.store.snapshot import run_snapshot
+from gepetto.store.sqlite import RunStore
+from gepetto.testing import ScriptedLM, sim
+from gepetto.types import Candidate
+
+KILL = Path(__file__).parent / "helpers" / "kill_run.py"
+PARENT_SELECTORS = ["pareto", "current-best", "epsilon-greedy"]
+
+
+def run(task=None, reflection=None, **options):
+    task = task or sim.task(kinds=6)
+    return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                            program=task.program, task_lm=sim.SimTaskLM(),
+                            reflection_lm=reflection or sim.SimReflectionLM(noise=0.3, seed=5), **options)
+
+
+def fingerprint(result):
+    d = result.to_dict()
+    d.pop("wall_seconds")
+    d.pop("ledger")
+    return d
+
+
+class Watch:
+    """A callback that follows the pool and notes which parent each proposal took, and what was best then."""
+
+    def __init__(self):
+        self.means, self.choices, self.tested = [], [], []
+
+    def __call__(self, event):
+        if isinstance(event, CandidateAdded):
+            self.means.append(event.record.mean)
+        elif isinstance(event, PhaseStarted) and event.phase == "minibatch":
+            self.choices.append((event.candidate, best_index(self.means), len(self.means)))
+        elif isinstance(event, ProposalTested):
+            self.tested.append(event)
+
+
+# ---- parent selection ------------------------------------------------------------------------------------------
+def _state(rows):
+    st = RunState([f"v{i}" for i in range(len(rows[0]))], 100)
+    for i, row in enumerate(rows):
+        cand = Candidate(instruction=f"text {i}")
+        st.add_record(CandidateRecord(i, cand, (), "seed", 0, None, {f"v{j}": x for j, x in enumerate(row)}, 0))
+    return st
+
+
+def test_built_in_parent_selectors_follow_their_rules():
+    # 0 is dominated by 1; 1 and 2 trade off; 2 has the best mean
+    st = _state([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
+    picks = [Pareto()(st, random.Random(s)) for s in range(300)]
+    assert set(picks) == {1, 2} and picks.count(2) > picks.count(1)  # front only, in proportion to examples won
+    assert all(CurrentBest()(st, random.Random(s)) == 2 for s in range(20))
+    assert all(EpsilonGreedy(0.0)(st, random.Random(s)) == 2 for s in range(20))
+    wild = [EpsilonGreedy(1.0)(st, random.Random(s)) for s in range(300)]
+    assert set(wild) == {0, 1, 2}  # any candidate, dominated ones too
+
+
+def test_current_best_always_takes_the_best_so_far():
+    watch = Watch()
+    result = run(parent_selector="current-best", budget=200, seed=1, callbacks=watch, use_merge=False)
+    assert watch.choices and all(chosen == best for chosen, best, _ in watch.choices)
+    assert result.best_score > result.seed_score
+
+
+def test_epsilon_greedy_explores_with_probability_epsilon():
+    greedy = Watch()
+    a = run(parent_selector="current-best", budget=200, seed=1, use_merge=False, callbacks=greedy)
+    b = run(parent_selector="epsilon-greedy", epsilon=0.0, budget=200, seed=1, use_merge=False)
+    assert fingerprint(a) == fingerprint(b)  # epsilon 0 is current-best (its one draw changes nothing else)
+    watch = Watch()
+    run(parent_selector="epsilon-greedy", epsilon=1.0, budget=200, seed=1, use_merge=False, callbacks=watch)
+    assert any(chosen != best for chosen, best, _ in watch.choices)  # it left the best behind at times
+
+
+def test_the_default_is_pareto_and_the_string_and_the_object_are_the_same():
+    a = run(budget=150, seed=3)
+    b = run(budget=150, seed=3, parent_selector="pareto", component_selector="round-robin",
+            minibatch_sampler="epoch-shuffled", accept="strict", proposer="rewrite")
+    c = run(budget=150, seed=3, parent_selector=Pareto())
+    assert fingerprint(a) == fingerprint(b) == fingerprint(c)
+
+
+# ---- component selection, minibatch sampling, acceptance -----------------------------------------------------
+def test_all_components_at_once():
+    watch = Watch()
+    task = sim.task(kinds=6, components=2)
+    result = run(task, sim.SimReflectionLM(max_rules=2), component_selector="all", budget=200, seed=2,
+                 callbacks=watch)
+    assert watch.tested and all(t.component == "a+b" for t in watch.tested)
+    children = [c for c in result.candidates if c.origin == "reflection"]
+    assert children and all(c.component == "a+b" for c in children)
+    parent = {c.index: c.candidate for c in result.candidates}
+    assert any(all(c.candidate[k] != parent[c.parents[0]][k] for k in "ab") for c in children)  # both changed
+    with pytest.raises(ConfigError, match="component_selector 'all' needs proposer 'rewrite'"):
+        EngineConfig(component_selector="all", proposer="edit")
+
+
+def test_a_minibatch_sampler_of_ones_own():
+    task = sim.task(kinds=4)
+    fixed = task.trainset[:3]
+    calls = []
+
+    def first_three(state, parent, trainset, rng):
+        calls.append(parent.id)
+        return list(fixed)
+
+    seen = set()
+    result = run(task, minibatch_sampler=first_three, budget=100, seed=0, use_merge=False,
+                 callbacks=lambda e: seen.add(e.example) if isinstance(e, RolloutFinished) else None)
+    assert calls
+    assert {e for e in seen if e.startswith("train")} <= {e.id for e in fixed}  # only its examples were run
+    assert result.best_score > result.seed_score
+
+
+def test_acceptance_rules():
+    calls = []
+
+    def never(before, after):
+        calls.append((list(before), list(after)))
+        return False
+
+    result = run(accept=never, budget=100, seed=0)
+    assert calls and all(len(b) == len(a) for b, a in calls)
+    assert len(result.candidates) == 1 and result.proposals["rejected: not better on minibatch"] == len(calls)
+    lenient = run(accept="non_decreasing", budget=150, seed=3, use_merge=False)
+    assert lenient.best_score >= lenient.seed_score
+
+
+# ---- proposers ------------------------------------------------------------------------------------------------
+class RulesFromFeedback:
+    """A proposer of one's own: appends the rule each failure's feedback names (no LM at all)."""
+
+    def __init__(self):
+        self.requests = []
+
+    async def propose(self, request: ProposalRequest):
+        self.requests.append(request)
+        (component,) = request.components
+        wanted = [r.score.feedback.split("need ")[1].rstrip(".") for r in request.runs if r.score.value < 1]
+        new = [w for w in dict.fromkeys(wanted) if w not in request.parent[component]]
+        return {component: request.parent[component] + "".join(f" Apply {w}." for w in new)} if new else None
+
+
+def test_a_proposer_of_ones_own_reaches_the_optimum():
+    proposer = RulesFromFeedback()
+    result = run(proposer=proposer, budget=200, seed=0)
+    assert proposer.requests and result.best_score == 1.0
+    first = proposer.requests[0]
+    assert first.parent_index == 0 and first.components == ("instruction",)
+    assert [r.example_id for r in first.runs] == [e.id for e in first.examples]
+
+
+def test_a_proposer_that_asks_too_much_is_refused():
+    class Greedy:
+        async def propose(self, request):
+            return Proposal({"instruction": "Apply rule-0."}, test_on=request.trainset)  # 12 rollouts, 3 set aside
+
+    with pytest.raises(ValueError, match="the proposer's test needs"):
+        run(proposer=Greedy(), budget=100)
+
+    class Stranger:
+        async def propose(self, request):
+            return {"nope": "text"}
+
+    with pytest.raises(ValueError, match="components of the candidate"):
+        run(proposer=Stranger(), budget=100)
+    with pytest.raises(ConfigError, match="no proposer"):
+        run(proposer=object(), budget=100)
+
+
+# ---- a parent selector and a stop condition of one's own -----------------------------------------------------
+def test_a_parent_selector_and_a_stop_condition_of_ones_own_decide_the_run():
+    chosen, statuses = [], []
+
+    def newest(state, rng):  # a chain: always the latest candidate
+        chosen.append(len(state.records) - 1)
+        return len(state.records) - 1
+
+    def three_candidates(status):
+        statuses.append(status)
+        return "three candidates are enough" if status.candidates >= 3 else None
+
+    result = run(parent_selector=newest, stop=three_candidates, budget=300, seed=0, use_merge=False)
+    assert chosen and statuses
+    assert result.stop_reason is StopReason.CONDITION and result.stop_message == "three candidates are enough"
+    assert len(result.candidates) == 3 and result.rollouts_used < 300
+    assert [c.parents for c in result.candidates[1:]] == [(0,), (1,)]  # each child of the newest
+    s = statuses[-1]
+    assert (s.candidates, s.rollouts_used, s.budget) == (3, result.rollouts_used, 300)
+    assert s.remaining == 300 - s.rollouts_used and s.seconds >= 0 and s.cost_usd == 0
+
+
+def test_stop_conditions_compose():
+    st = _state([[0.5, 0.5]])
+    status = stopping.RunStatus(4, 50, 100, 0.5, 1, 3, 0, 1.0, 0.0, st)
+    late, poor = (lambda s: s.iteration >= 4), (lambda s: "poor" if s.best_score < 0.6 else None)
+    assert stopping.decide(stopping.all_of(late, poor), status).reason is StopReason.CONDITION
+    assert stopping.decide(stopping.all_of(late, lambda s: None), status) is None
+    assert stopping.decide(stopping.any_of(lambda s: None, poor), status).message == "poor"
+    assert stopping.decide(stopping.NoImprovement(3), status) == Stop(StopReason.NO_IMPROVEMENT,
+                                                                      "no improvement for 3 iterations")
+    assert stopping.decide(late, status).message.startswith("stop condition")
+    with pytest.raises(ConfigError, match="unknown condition 'sigkill'"):
+        stopping.as_conditions(["sigkill"])
+
+
+def test_sigterm_is_a_stop_condition():
+    task = sim.task(kinds=6)
+    sent = []
+
+    def hook(event):
+        if isinstance(event, RolloutFinished) and event.used == 30 and not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    async def main():  # our own event loop: gepetto installs no handler unless asked with stop="sigterm"
+        return await gepetto.optimize_async(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                            program=task.program, task_lm=sim.SimTaskLM(),
+                                            reflection_lm=sim.SimReflectionLM(), budget=200, callbacks=hook,
+                                            stop="sigterm")
+
+    result = asyncio.run(main())
+    assert sent and result.stop_reason is StopReason.SIGTERM and result.rollouts_used < 60
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone with the run
+
+
+# ---- a spend limit ------------------------------------------------------------------------------------------
+PRICES = {"sim-task": (100.0, 200.0), "sim-reflection": (300.0, 600.0)}  # dollars per million tokens
+
+
+def test_max_cost_usd_stops_the_run_when_prices_are_known():
+    free = run(budget=300, seed=3, prices=PRICES)
+    spent = free.ledger.total().cost
+    assert spent > 0.05
+    capped = run(budget=300, seed=3, prices=PRICES, max_cost_usd=0.05)
+    assert capped.stop_reason is StopReason.COST_LIMIT and capped.stop_message.startswith("cost limit $0.05")
+    assert 0.05 <= capped.ledger.total().cost < spent
+    assert capped.rollouts_used < free.rollouts_used
+
+
+def test_max_cost_usd_without_prices_is_refused():
+    with pytest.raises(ConfigError, match=r"max_cost_usd=1 needs prices .* could never stop the run"):
+        run(budget=100, max_cost_usd=1.0)
+    with pytest.raises(ConfigError, match=r"prices given: \['gpt-4.1'\]"):
+        run(budget=100, max_cost_usd=1.0, prices={"gpt-4.1": (2.0, 8.0)})
+    res = CliRunner().invoke(app, ["optimize", "--task", "sim", "--task-lm", "sim:task", "--reflection-lm",
+                                   "sim:reflection", "--max-cost-usd", "1", "--storage", "/nonexistent/s.sqlite",
+                                   "-q"])
+    assert res.exit_code == 2 and "max_cost_usd=1 needs prices" in res.output
+
+
+# ---- the strategies by name: config files, CLI, stored runs --------------------------------------------------
+def test_strategy_names_are_checked_and_objects_need_python():
+    with pytest.raises(ConfigError, match="parent_selector: Input should be 'pareto', 'current-best' or "
+                                          "'epsilon-greedy'"):
+        EngineConfig(parent_selector="best")
+    with pytest.raises(ConfigError, match=r"stands for a strategy object given to gepetto\.optimize"):
+        load_config(task="sim", parent_selector="python:mine:Selector")
+    cfg = EngineConfig(parent_selector="python:mine:Selector")
+    with pytest.raises(ConfigError, match="pass that object again"):
+        run(config=cfg, budget=50)
+
+
+def test_the_cli_takes_the_strategies_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["optimize", "--task", "sim", "--task-lm", "sim:task", "--reflection-lm",
+                                   "sim:reflection", "--budget", "80", "--parent-selector", "epsilon-greedy",
+                                   "--epsilon", "0.3", "--component-selector", "all", "--run", "e", "-q"])
+    assert res.exit_code == 0, res.output
+    config = RunStore("gepetto.sqlite").get_run("e").config
+    assert (config["parent_selector"], config["epsilon"], config["component_selector"]) == \
+        ("epsilon-greedy", 0.3, "all")
+    shown = CliRunner().invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"}).output
+    assert "One of: pareto, current-best, epsilon-greedy" in shown
+
+
+def test_a_stored_python_run_names_its_strategy_objects_and_refuses_others(tmp_path):
+    task = sim.task(kinds=6)
+    kw = {"valset": task.valset, "program": task.program, "task_lm": sim.SimTaskLM(),
+          "reflection_lm": sim.SimReflectionLM(), "budget": 100, "storage": tmp_path / "s.sqlite", "run": "r"}
+    gepetto.optimize(task.seed_candidate, task.trainset, task.metric, parent_selector=CurrentBest(), **kw)
+    config = RunStore(tmp_path / "s.sqlite").get_run("r").config
+    assert config["parent_selector"] == "python:gepetto.engine.strategies:CurrentBest"
+    with pytest.raises(ConfigError, match="parent_selector"):
+        gepetto.optimize(task.seed_candidate, task.trainset, task.metric, parent_selector=Pareto(), **kw)
+
+
+# ---- exact resume for every built-in strategy ----------------------------------------------------------------
+def _rules(messages, params):
+    """A scripted reflection LM for the edit proposer: a rule the feedback of the shown failures asks for."""
+    user = messages[1]["content"]
+    current = user.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
+    missing = [r for r in dict.fromkeys(re.findall(r"need (rule-\d+)", user)) if r not in current]
+    return f"<rule>Apply {missing[0]} to such questions.</rule>" if missing else "<rule></rule>"
+
+
+def _stored(storage, stop=None, **options):
+    task = sim.task(kinds=6, components=2)
+    reflection = ScriptedLM(_rules) if options.get("proposer") == "edit" else \
+        sim.SimReflectionLM(noise=0.3, seed=5, forget=True, max_rules=2)
+    return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                            program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=reflection,
+                            budget=200, seed=2, max_concurrency=4, storage=storage, run="r", stop=stop, **options)
+
+
+@pytest.mark.parametrize("options", [{"parent_selector": name, "epsilon": 0.3} for name in PARENT_SELECTORS]
+                         + [{"parent_selector": "epsilon-greedy", "epsilon": 0.5, "component_selector": "all"},
+                            {"proposer": "edit", "accept": "non_decreasing"}])
+def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, options):
+    whole = _stored(tmp_path / "whole.sqlite", **options)
+    assert len(whole.candidates) > 2 and any(len(c.parents) == 2 for c in whole.candidates)  # merges too
+    storage = tmp_path / "s.sqlite"
+    for k in (3, 7):  # two sessions stopped by a condition of their own, then one to the end
+        part = _stored(storage, stop=lambda s, k=k: f"iteration {k}" if s.iteration >= k else None, **options)
+        assert part.stop_reason is StopReason.CONDITION
+    final = _stored(storage, **options)
+    assert fingerprint(final) == fingerprint(whole)
+    assert RunStore(storage).count_rollouts("r") == final.rollouts_used  # nothing paid twice
+
+
+def _kill_run(storage, when, options):
+    import json
+
+    return subprocess.run([sys.executable, str(KILL), str(storage), "r", str(when), "1", json.dumps(options)],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("selector", PARENT_SELECTORS)
+def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, selector):
+    options = {"parent_selector": selector, "epsilon": 0.3}
+    whole = _kill_run(tmp_path / "whole.sqlite", -1, options)
+    assert whole.returncode == 0, whole.stderr
+    expected = run_snapshot(RunStore(tmp_path / "whole.sqlite"), "r")["result"]
+    storage = tmp_path / "killed.sqlite"
+    for n in (17, 58):
+        killed = _kill_run(storage, n, options)
+        assert killed.returncode == -9, killed.stderr
+    final = _kill_run(storage, -1, options)
+    assert final.returncode == 0, final.stderr
+    got = run_snapshot(RunStore(storage), "r")["result"]
+    keep = ("best_candidate", "best_score", "candidates", "pareto_front", "rollouts_used", "stop_reason",
+            "iterations", "history", "proposals")
+    assert {k: got[k] for k in keep} == {k: expected[k] for k in keep}
+    assert RunStore(storage).get_run("r").config["parent_selector"] == selector
