@@ -114,8 +114,8 @@ def table(log: Path) -> str:
         out.append(f"| trivial baseline (always `{h['baseline']}`) | {h['baseline_val']:.3f} | "
                    f"{h['baseline_test']:.3f} |")
         out.append(f"| plain seed | {h['seed_val']:.3f} | {h['seed_test']:.3f} |")
-        for e in experts[name]:
-            form = e.get("expert_form", "definitions")
+        forms = {e.get("expert_form", "definitions"): e for e in experts[name]}  # the latest row of each form
+        for form, e in forms.items():
             out.append(f"| expert prompt (hand-written, {form} form) | {e['expert_val']:.3f} | "
                        f"{e['expert_test']:.3f} |")
         gap = h["expert_test"] - h["seed_test"]
