@@ -7,6 +7,7 @@ import pytest
 
 from gepetto.api import build_engine
 from gepetto.engine import edits
+from gepetto.events import Outcome
 from gepetto.program import Rollout, TraceEntry
 from gepetto.testing import ScriptedLM, sim
 from gepetto.types import Score
@@ -83,7 +84,7 @@ def test_vet_rule(raw, finish, why):
         ('If a customer asks about the APR of a credit card, the assistant should answer with "apr" instead of '
          '"answered apr".', True),
         ("If a customer asks about improving their credit score, answer improve_credit_score.", False),
-        ("If the customer asks what rate the card charges, answer apr, not credit_limit_change.", False),
+        ("If the customer asks about something no intent covers, answer out_of_scope, not apr.", False),
     ],
 )
 def test_a_rule_quoting_the_failure_pattern_is_refused(rule, copied):
@@ -190,3 +191,34 @@ def test_a_repeated_rule_costs_a_retry_not_the_proposal():
     assert res.proposals.get("rejected: already tried", 0) >= 1
     assert "new" in answers and res.best_score > res.seed_score
     assert edits.retry_hint("already tried", "p").startswith("That rule was already tried")
+
+
+@pytest.mark.parametrize(
+    ("rule", "pattern", "names"),
+    [  # rules the 1.5B wrote on clinc-credit-oos (runs rt-clinc-credit-oos-edit-s0/s1/s2-v3), then clean ones
+        ('If a customer asks about the validity of their credit card, the assistant should answer with '
+         '"credit_limit_change".', "answered credit_limit_change, expected expiration_date", False),
+        ("If a customer asks about reporting a lost card, the assistant should answer with report_lost_card.",
+         "answered report_lost_card, expected credit_score", False),
+        ("If a customer asks about their credit limit or points, the assistant should answer with "
+         '"credit_limit_change" instead of "improve_credit_score".',
+         "answered credit_limit_change, expected improve_credit_score", True),  # names it (wrongly): kept
+        ("If the customer asks what rate the card charges, answer apr.", "answered card_declined, expected apr", True),
+        ("If the message asks for the expiration date of the card, answer expiration date.",
+         "answered credit_limit_change, expected expiration_date", True),  # "_" written as a space
+        ("If the message is about anything else, answer out_of_scope.", "answered apr, expected out_of_scope", True),
+        ("If the message names a slot, fill it.", "missed city", True),  # no expected answer: no check
+    ],
+)
+def test_a_rule_must_name_the_right_answer_when_the_pattern_states_it(rule, pattern, names):
+    _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", "Classify.", [], pattern)
+    assert why == ("" if names else "misses the right answer")
+    if not names:
+        assert edits.expected_answer(pattern) in edits.retry_hint(why, pattern)
+        assert Outcome.rejected(why) is Outcome.MISSES_ANSWER
+
+
+def test_expected_answer_follows_the_intents_pattern():
+    assert edits.expected_answer("answered apr, expected out_of_scope") == "out_of_scope"
+    assert edits.expected_answer("not a valid intent name") == ""
+    assert not edits.names_answer("answer aprs", "apr") and edits.names_answer("answer APR.", "apr")

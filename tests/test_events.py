@@ -209,7 +209,8 @@ def test_outcome_labels_are_the_labels_shown_before():
     assert {o.value for o in Outcome} == {
         "accepted", "rejected: not better on minibatch", "rejected: already tried", "rejected: truncated",
         "rejected: empty", "rejected: unchanged", "rejected: chat reply", "rejected: copies our prompt markers",
-        "rejected: echoes the examples", "reflection error", "skipped: parent perfect on minibatch",
+        "rejected: echoes the examples", "rejected: misses the right answer", "reflection error",
+        "skipped: parent perfect on minibatch",
         "skipped: no open mistake in the known training rollouts", "merge accepted", "merge rejected"}
     assert str(Outcome.TRUNCATED) == "rejected: truncated" and Outcome.TRUNCATED.reason == "truncated"
     assert Outcome.MERGE_ACCEPTED.group == "merge" and Outcome.NO_OPEN_MISTAKE.group == "skipped"

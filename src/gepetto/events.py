@@ -124,6 +124,7 @@ class Outcome(str, Enum):
     CHAT_REPLY = "rejected: chat reply"
     SCAFFOLDING = "rejected: copies our prompt markers"
     ECHO = "rejected: echoes the examples"
+    MISSES_ANSWER = "rejected: misses the right answer"  # an edit rule that does not name the expected answer
     REFLECTION_ERROR = "reflection error"  # the reflection LM raised
     PARENT_PERFECT = "skipped: parent perfect on minibatch"
     NO_OPEN_MISTAKE = "skipped: no open mistake in the known training rollouts"  # edit proposer

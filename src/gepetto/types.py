@@ -114,7 +114,8 @@ class Score:
 
     `pattern` optionally names the kind of failure in a few words (e.g. "answered balance, expected
     bill_balance", "missed the city slot"); reflection groups failures by it to see which mistakes are
-    frequent. Without it, failures are grouped by their feedback's first sentence.
+    frequent. Without it, failures are grouped by their feedback's first sentence. A confusion written as
+    "answered X, expected Y" also lets the edit proposer refuse a rule that never names the right answer Y.
     """
 
     value: float

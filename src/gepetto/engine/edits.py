@@ -165,10 +165,28 @@ def copies_pattern(rule: str, pattern: str) -> bool:
     return any(len(c.split()) >= 2 and c in text for c in clauses)
 
 
+_EXPECTED_RE = re.compile(r"^answered\s+\S.*,\s*expected\s+([\w.-]+)$", re.I)
+
+
+def expected_answer(pattern: str) -> str:
+    """The right answer a confusion pattern names: a metric's `Score.pattern` of the form "answered X,
+    expected Y" (as tasks/intents.py writes them) gives Y; any other pattern gives ""."""
+    m = _EXPECTED_RE.search(pattern)
+    return m.group(1) if m else ""
+
+
+def names_answer(rule: str, answer: str) -> bool:
+    """Whether the rule names `answer` (case-insensitive, as a whole word; "_" may be written as a space)."""
+    words = [re.escape(w) for w in re.split(r"[_\s]+", answer) if w]
+    return bool(re.search(r"(?<![\w])" + r"[_\s]+".join(words) + r"(?![\w])", rule, re.I))
+
+
 def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequence[Shown],
              pattern: str = "") -> tuple[str, str]:
     """(rule, why rejected or ""): a rule worth a rollout is short, new, general and free of our markers
-    (tags, headers, and the failure pattern's own label)."""
+    (tags, headers, and the failure pattern's own label); when the pattern names the right answer
+    ("answered X, expected Y"), the rule must name Y: small models often write the rule towards the wrong
+    answer X ("if the customer asks about the card's validity, answer credit_limit_change")."""
     rule = parse_rule(raw)
     if finish_reason == "length":
         rule, _ = drop_repeats(rule)
@@ -188,6 +206,8 @@ def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequenc
         return rule, "chat reply"
     if has_scaffolding(rule) or (pattern and copies_pattern(rule, pattern)):
         return rule, "copies our prompt markers"
+    if (answer := expected_answer(pattern)) and not names_answer(rule, answer):
+        return rule, "misses the right answer"
     if echo_fraction(rule, shown_examples) > 0.5:
         return rule, "echoes the examples"
     return rule, ""
@@ -204,6 +224,8 @@ def retry_hint(why: str, pattern: str) -> str:
         "copies our prompt markers": ("That contains headers, tags or the mistake's label from my message; write "
                                       "only the rule itself, naming the right answer."),
         "chat reply": "Do not talk to me; write the rule for the assistant.",
+        "misses the right answer": (f"The right answer here is {expected_answer(pattern)}; the rule must say "
+                                    "when to answer it."),
     }
     return f"{reasons.get(why, f'That answer was not usable ({why}).')} {ask}"
 
