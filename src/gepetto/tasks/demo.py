@@ -20,16 +20,18 @@ from gepetto.types import Candidate, Example, Score
 
 FORMAT = 'Reply with only a JSON object: {"item": "<what is ordered>", "quantity": <integer>}.'
 SEED_INSTRUCTION = f"Extract the order from the customer's message. {FORMAT}"
-# written by hand from the task's definition (the house facts above), before any optimisation
+# written by hand from the task's definition (the house facts above) before any optimisation, with examples that
+# are not in the dataset; of three forms tried on validation (rules as a list, "If ..." rules, examples) the
+# examples scored best (0.943 against 0.429 and 0.743, seed 0.571), then measured once on test
 EXPERT_INSTRUCTION = (
     f"{SEED_INSTRUCTION}\n"
-    "Rules:\n"
-    '- "item" is the thing ordered, in one or two words; when a container is ordered (a jar, a box, a bottle of '
-    "something), the container is the item.\n"
-    '- "quantity" is how many items are ordered, as an integer: "a", "an", "one", "a single" mean 1; "a couple '
-    'of" means 2; "a pair of" socks, gloves or boots means 2 of them, but a pair of sunglasses is 1 item; '
-    '"half a dozen" means 6; "a dozen" means 12; "two dozen" means 24.\n'
-    "- Sizes, widths, dates, ages, floors, room numbers, order and invoice numbers are never the quantity."
+    "The quantity is a number, never in quotes; the item is the thing ordered, in one word, without the number. "
+    "Examples:\n"
+    '"A dozen oranges, please." -> {"item": "orange", "quantity": 12}\n'
+    '"Could I get a couple of forks?" -> {"item": "fork", "quantity": 2}\n'
+    '"Half a dozen tulips for room 12." -> {"item": "tulip", "quantity": 6}\n'
+    '"Two crates of apples." -> {"item": "crate", "quantity": 2}\n'
+    '"A pair of slippers, size 40." -> {"item": "slipper", "quantity": 2}'
 )
 
 # (message, item, quantity, note): note explains a trap, shown in the feedback when it is missed
