@@ -155,7 +155,12 @@ def main() -> None:
     ap.add_argument("--log", default="benchmarks/results/realtrack.jsonl")
     ap.add_argument("--run-suffix", default="", help="appended to stored run names (a new run, not a resume)")
     ap.add_argument("--label", default="", help="names this variant in the tables (e.g. the commit)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="llama.cpp threads per model (default 2; 1 when two runs share 2 cores)")
     args = ap.parse_args()
+    if args.threads is not None:
+        global TASK_LM, REFLECTION_LM
+        TASK_LM, REFLECTION_LM = (f"{lm}?n_threads={args.threads}" for lm in (TASK_LM, REFLECTION_LM))
     log, storage = Path(args.log), Path(args.storage)
     if args.what == "table":
         print(table(log))
