@@ -65,10 +65,10 @@ def headroom(name: str, storage: Path) -> dict[str, Any]:
 
 
 def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
-             extra: dict[str, Any]) -> dict[str, Any]:
+             extra: dict[str, Any], fewshot: int = 0) -> dict[str, Any]:
     task = _task(name)
     cfg = load_config(task=name, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, seed=seed, budget=budget,
-                      max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED})
+                      max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED}, fewshot=fewshot)
     counts: dict[str, int] = {"reflections": 0, "usable": 0}
 
     def on_event(event: ev.Event) -> None:
@@ -155,6 +155,7 @@ def main() -> None:
     ap.add_argument("--log", default="benchmarks/results/realtrack.jsonl")
     ap.add_argument("--run-suffix", default="", help="appended to stored run names (a new run, not a resume)")
     ap.add_argument("--label", default="", help="names this variant in the tables (e.g. the commit)")
+    ap.add_argument("--fewshot", type=int, default=0, help="few-shot demonstrations per component (0: none)")
     ap.add_argument("--threads", type=int, default=None,
                     help="llama.cpp threads per model (default 2; 1 when two runs share 2 cores)")
     args = ap.parse_args()
@@ -168,7 +169,7 @@ def main() -> None:
     for name in args.tasks:
         for seed in args.seeds if args.what == "optimize" else [None]:
             row = headroom(name, storage) if seed is None else optimize(
-                name, args.proposer, seed, args.budget, storage, {"run_suffix": args.run_suffix})
+                name, args.proposer, seed, args.budget, storage, {"run_suffix": args.run_suffix}, args.fewshot)
             row["label"] = args.label
             row["command"] = "python benchmarks/realtrack.py " + " ".join(sys.argv[1:])
             row["date"] = time.strftime("%Y-%m-%d %H:%M")

@@ -52,6 +52,8 @@ GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     "gepetto-1try": {"reflection_attempts": 1},  # no retry after a rejected reflection answer
     "gepetto-nomerge": {"use_merge": False},
     "gepetto-edit": {"proposer": "edit"},  # one-rule edits (issue 10) instead of whole-text rewrites
+    "gepetto-fewshot": {"fewshot": 4},  # few-shot demonstrations beside the rewrites (engine/demos.py)
+    "gepetto-edit-fewshot": {"proposer": "edit", "fewshot": 4},
 }
 ALL_SYSTEMS = (*SYSTEMS, *GEPETTO_VARIANTS)
 

@@ -164,6 +164,11 @@ class EngineConfig(_Options):
     gate_solved: int = _field(3, "Solved examples added to a child's test, so rules that break them fail.",
                               EDIT, ge=0)
     rule_max_tokens: int = _field(90, "Longest rule answer (tokens).", EDIT, ge=1)
+    # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text
+    fewshot: int = _field(0, "Most demonstrations (solved training examples) per component; 0: none. A share of "
+                          "proposals adds one instead of asking reflection.", EDIT, ge=0)
+    fewshot_share: float = _field(0.5, "With fewshot: the share of proposals that add a demonstration.", EDIT,
+                                  ge=0, le=1)
     use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)
     max_merges: int = _field(5, "Merges at most.", MERGE, ge=0)
     # price table: LM name -> [dollars per million input tokens, per million output tokens]

@@ -251,7 +251,8 @@ class Engine:
         test = self.plan.child_test if batch is not None else 0
         if batch is None:
             batch = s.minibatch_sampler(st, parent, self.trainset, rng)
-            test = len(batch)
+            # a proposer that may pick its own test examples (few-shot's) says how many at most
+            test = max(len(batch), getattr(s.proposer, "test_size", None) or 0)
         unknown = sum(st.known(parent, e.id) is None for e in batch)
         return _Plan(st.iteration, parent_idx, components, batch, test, unknown + test + len(self.valset))
 

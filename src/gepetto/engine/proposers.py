@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from gepetto import events as ev
 from gepetto.config import EngineConfig
-from gepetto.engine import edits
+from gepetto.engine import demos, edits
 from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import RunState
 from gepetto.engine.strategies import EpochShuffled
@@ -101,6 +101,12 @@ def as_proposal(answer: Proposal | Mapping[str, str] | None, request: ProposalRe
     return proposal if proposal.texts else None
 
 
+def parts(cfg: EngineConfig, text: str) -> tuple[str, list[demos.Demo]]:
+    """(instruction, demonstrations) of a component's text: reflection sees and changes only the instruction
+    (with `fewshot` off, the whole text is the instruction)."""
+    return demos.split(text) if cfg.fewshot else (text, [])
+
+
 def temperature(cfg: EngineConfig, attempt: int) -> float:
     temps = list(cfg.reflection_temperatures) or [0.0]
     return temps[min(attempt, len(temps) - 1)]
@@ -125,8 +131,9 @@ class Rewrite:
 
     async def rewrite(self, request: ProposalRequest, component: str, examples: list[ReflectionExample]
                       ) -> str | None:
-        cfg, current, description = request.config, request.parent[component], request.description(component)
+        cfg, description = request.config, request.description(component)
         artifact = description is not None
+        current, kept = parts(cfg, request.parent[component]) if not artifact else (request.parent[component], [])
         request.emit(ev.PhaseStarted("reflection"))
         messages = build_prompt(current, examples, max_chars=cfg.reflection_chars, description=description)
         max_tokens = cfg.reflection_max_tokens
@@ -140,7 +147,7 @@ class Rewrite:
             rejected = Outcome.rejected(proposal.rejected) if proposal.rejected else None
             request.emit(ev.ReflectionAnswered(attempt, rejected, proposal.text, out.text))
             if rejected is None:
-                return proposal.text
+                return demos.join(proposal.text, kept)
             request.count(rejected)
             if proposal.rejected == "truncated":
                 max_tokens *= 2
@@ -202,6 +209,7 @@ class Edit:
         rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
         if rule is None:
             return None
+        instruction, kept = parts(cfg, parent[component])
         by_id = {e.id: e for e in request.trainset}
         gate = [by_id[i] for i in edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size,
                                                    cfg.gate_solved, rng)]
@@ -212,14 +220,15 @@ class Edit:
             else:
                 tried.setdefault(focus.pattern, []).append(rule)
 
-        return Proposal({component: edits.apply_rule(parent[component], rule)}, gate, rule, focus.pattern, verdict)
+        return Proposal({component: demos.join(edits.apply_rule(instruction, rule), kept)}, gate, rule, focus.pattern,
+                        verdict)
 
     async def _ask_rule(self, request: ProposalRequest, component: str, focus: edits.Focus, tried_rules: list[str]
                         ) -> str | None:
         """Ask the reflection LM for one rule; vet each answer and retry a bounded number of times. A rule whose
         child was already tried is refused here too, so a repeated answer costs a retry, not the proposal."""
         cfg, parent = request.config, request.parent
-        current = parent[component]
+        current, kept = parts(cfg, parent[component])
         request.emit(ev.PhaseStarted("reflection"))
         by_id = {e.id: e for e in request.trainset}
         messages = edits.build_edit_prompt(current, focus, component, tried_rules, by_id)
@@ -231,7 +240,7 @@ class Edit:
             if out is None:
                 continue
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
-            if not why and request.tried(parent.replace(component, edits.apply_rule(current, rule))):
+            if not why and request.tried(parent.replace(component, demos.join(edits.apply_rule(current, rule), kept))):
                 why = "already tried"
             rejected = Outcome.rejected(why) if why else None
             request.emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
@@ -241,3 +250,50 @@ class Edit:
             messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
                         {"role": "user", "content": edits.retry_hint(why, focus.pattern)}]
         return None
+
+
+class FewShot:
+    """Few-shot demonstrations (engine/demos.py) next to another proposer: with probability `fewshot_share` a
+    proposal adds one solved training example to a component's demonstrations (at most `fewshot`, the oldest
+    goes), chosen to show the right answer of one of the parent's frequent mistakes; it costs no reflection
+    call and is tested like an edit, on that mistake's failures and on solved cases. Otherwise, or when no
+    mistake or solved example is known, the other proposer proposes (seeing only the instruction part)."""
+
+    def __init__(self, inner: Any, cfg: EngineConfig) -> None:
+        self.inner, self.cfg = inner, cfg
+        self.test_size = max(getattr(inner, "test_size", None) or cfg.minibatch_size,
+                             cfg.minibatch_size + cfg.gate_solved)
+        if hasattr(inner, "minibatch"):
+            self.minibatch = inner.minibatch
+
+    async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
+        cfg = self.cfg
+        described = [c for c in request.components if request.description(c)]
+        if len(request.components) == 1 and not described and request.rng.random() < cfg.fewshot_share:
+            proposal = self._demo(request, request.components[0])
+            if proposal is not None:
+                return proposal
+        return await self.inner.propose(request)
+
+    def _demo(self, request: ProposalRequest, component: str) -> Proposal | None:
+        cfg, st, parent, rng = self.cfg, request.state, request.parent, request.rng
+        evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
+        focus = edits.choose_focus(evidence, cfg.perfect_score, {}, rng, max_failures=cfg.minibatch_size,
+                                   max_contrast=cfg.gate_solved)
+        if focus is None:
+            return None
+        gate_ids = edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size, cfg.gate_solved, rng)
+        train_ids = {e.id for e in request.trainset}
+        # solved training examples of any candidate: what the task LM answered there is a right answer
+        solved = [r for (_, ex_id), r in sorted(st.rollouts.items())
+                  if ex_id in train_ids and r.score.value >= cfg.perfect_score]
+        _, current = demos.split(parent[component])
+        demo = demos.choose(solved, component, current, edits.expected_answer(focus.pattern), set(gate_ids), rng)
+        if demo is None:
+            return None
+        text = demos.add(parent[component], demo, cfg.fewshot)
+        if request.tried(parent.replace(component, text)):
+            return None
+        by_id = {e.id: e for e in request.trainset}
+        return Proposal({component: text}, [by_id[i] for i in gate_ids], f"example {demo.example_id}: "
+                        f"{demo.render()}", focus.pattern)

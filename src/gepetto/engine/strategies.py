@@ -181,9 +181,10 @@ def non_decreasing(before: Sequence[float], after: Sequence[float]) -> bool:
 # ---- the built-ins by name -----------------------------------------------------------------------------------
 def _proposer(name: str) -> Callable[[EngineConfig], Any]:
     def build(cfg: EngineConfig) -> Any:
-        from gepetto.engine.proposers import Edit, Rewrite
+        from gepetto.engine.proposers import Edit, FewShot, Rewrite
 
-        return Edit(cfg) if name == "edit" else Rewrite()
+        proposer = Edit(cfg) if name == "edit" else Rewrite()
+        return FewShot(proposer, cfg) if cfg.fewshot else proposer
 
     return build
 

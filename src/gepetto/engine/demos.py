@@ -1,0 +1,111 @@
+"""Few-shot demonstrations: solved training examples written into a component's text, evolved like its words.
+
+Small task models often follow an example better than a rule (the demo task: a prompt with five worked
+examples scored 0.943 on validation where the same facts written as rules scored 0.743). A demonstration is one
+input and the output the task LM gave for it on a training example the metric scored perfect, taken from
+rollouts already paid for, so proposing one costs no reflection call at all.
+
+Demonstrations live at the end of the component's text, after a fixed header, one `Input:`/`Output:` pair
+each, so any program that calls `ctx.lm(component, ...)` sees them without a change:
+
+    <the instruction>
+
+    Examples of correct answers:
+    Input: ...
+    Output: ...
+
+Reflection (rewrite and edit) sees and changes only the instruction part and the child keeps its parent's
+demonstrations, so the echo guard applies to the instruction alone. Pure functions here; the proposer that
+uses them is `FewShot` in engine/proposers.py.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gepetto.program import Rollout
+
+HEADER = "Examples of correct answers:"
+_SEP = f"\n\n{HEADER}\n"
+MAX_INPUT_CHARS = 500
+MAX_OUTPUT_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One demonstration: an input as the task LM saw it and the output that scored perfect."""
+
+    input: str
+    output: str
+    example_id: str = ""  # where it came from (not written into the text)
+
+    def render(self) -> str:
+        return f"Input: {self.input}\nOutput: {self.output}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def split(text: str) -> tuple[str, list[Demo]]:
+    """(instruction, demonstrations) of a component's text; a text without the header has none."""
+    head, sep, block = text.rpartition(_SEP)
+    if not sep:
+        return text, []
+    demos: list[Demo] = []
+    lines = block.split("\n")
+    for i in range(0, len(lines) - 1, 2):
+        inp, out = lines[i], lines[i + 1]
+        if not (inp.startswith("Input: ") and out.startswith("Output: ")):
+            return text, []  # not a block we wrote: leave the text whole
+        demos.append(Demo(inp[len("Input: "):], out[len("Output: "):]))
+    if len(lines) % 2:
+        return text, []
+    return head, demos
+
+
+def join(instruction: str, demos: Sequence[Demo]) -> str:
+    """The component's text: the instruction, then the demonstrations (none: the instruction alone)."""
+    if not demos:
+        return instruction
+    return instruction + _SEP + "\n".join(d.render() for d in demos)
+
+
+def add(text: str, demo: Demo, max_demos: int) -> str:
+    """`text` with `demo` appended; when `max_demos` are already there, the oldest goes."""
+    instruction, demos = split(text)
+    return join(instruction, [*demos, demo][-max_demos:])
+
+
+def from_rollout(rollout: Rollout, component: str) -> Demo | None:
+    """The demonstration a solved rollout gives for `component`: its first call's input and answer, on one line
+    each; None without such a call, with a cut answer or with an input too long to show whole."""
+    call = next((t for t in rollout.trace if t.component == component), None)
+    if call is None or call.finish_reason != "stop":
+        return None
+    inp, out = _one_line(call.inputs), _one_line(call.output)
+    if not inp or not out or len(inp) > MAX_INPUT_CHARS or len(out) > MAX_OUTPUT_CHARS:
+        return None
+    return Demo(inp, out, rollout.example_id)
+
+
+def choose(solved: Iterable[Rollout], component: str, current: Sequence[Demo], answer: str, avoid: set[str],
+           rng: random.Random) -> Demo | None:
+    """A new demonstration from `solved` rollouts (training examples only): one whose output is `answer` (the
+    right answer the parent keeps missing) when there is one, else any; never an input already shown, nor an
+    example in `avoid` (the examples the child is tested on)."""
+    shown = {d.input for d in current}
+    pool: dict[str, Demo] = {}
+    for r in sorted(solved, key=lambda r: r.example_id):
+        if r.example_id in avoid or r.example_id in pool:
+            continue
+        demo = from_rollout(r, component)
+        if demo is not None and demo.input not in shown:
+            pool[r.example_id] = demo
+    if not pool:
+        return None
+    ids = sorted(pool)
+    wanted = [i for i in ids if answer and _one_line(pool[i].output).lower() == answer.lower()]
+    return pool[rng.choice(wanted or ids)]

@@ -1,0 +1,142 @@
+"""Few-shot demonstrations (engine/demos.py and the FewShot proposer): texts, choices and whole runs."""
+
+import asyncio
+import random
+import re
+
+import pytest
+
+from gepetto.api import build_engine
+from gepetto.engine import demos
+from gepetto.lm.base import Completion
+from gepetto.program import Rollout, TraceEntry, single_instruction
+from gepetto.testing import ScriptedLM
+from gepetto.types import Example, Score
+
+
+def test_split_and_join_round_trip():
+    ds = [demos.Demo("I lost my card", "report_lost_card"), demos.Demo("what's my apr", "apr")]
+    text = demos.join("Classify the message.\nReply with the intent.", ds)
+    assert text.endswith("Examples of correct answers:\nInput: I lost my card\nOutput: report_lost_card\n"
+                         "Input: what's my apr\nOutput: apr")
+    instruction, back = demos.split(text)
+    assert instruction == "Classify the message.\nReply with the intent." and back == ds
+    assert demos.join(instruction, back) == text
+    assert demos.split("No examples here.") == ("No examples here.", [])
+    assert demos.join("Plain.", []) == "Plain."
+
+
+def test_a_block_we_did_not_write_is_left_whole():
+    text = "Do it.\n\nExamples of correct answers:\nsomething else entirely"
+    assert demos.split(text) == (text, [])
+
+
+def test_add_keeps_at_most_max_demos_dropping_the_oldest():
+    text = "Do it."
+    for i in range(4):
+        text = demos.add(text, demos.Demo(f"in {i}", f"out {i}"), max_demos=3)
+    _, kept = demos.split(text)
+    assert [d.input for d in kept] == ["in 1", "in 2", "in 3"]
+
+
+def _solved(eid: str, inp: str, out: str, finish: str = "stop", component: str = "instruction") -> Rollout:
+    return Rollout(eid, Score(1.0, "Correct."), out, [TraceEntry(component, inp, out, finish)])
+
+
+def test_from_rollout_takes_the_components_call_on_one_line_and_skips_cut_answers():
+    d = demos.from_rollout(_solved("e1", "two\nlines", "an  answer"), "instruction")
+    assert d == demos.Demo("two lines", "an answer", "e1")
+    assert demos.from_rollout(_solved("e2", "x", "y", finish="length"), "instruction") is None
+    assert demos.from_rollout(_solved("e3", "x", "y", component="other"), "instruction") is None
+    assert demos.from_rollout(_solved("e4", "x" * 600, "y"), "instruction") is None
+
+
+def test_choose_prefers_the_missed_answer_and_avoids_shown_and_tested_examples():
+    solved = [_solved("a", "msg a", "balance"), _solved("b", "msg b", "bill_balance"), _solved("c", "msg c", "apr")]
+    rng = random.Random(0)
+    for _ in range(5):
+        assert demos.choose(solved, "instruction", [], "bill_balance", set(), rng).example_id == "b"
+    # the wanted example is tested on: another one is chosen
+    assert demos.choose(solved, "instruction", [], "bill_balance", {"b"}, rng).example_id in {"a", "c"}
+    shown = [demos.Demo("msg a", "balance"), demos.Demo("msg c", "apr")]
+    assert demos.choose(solved, "instruction", shown, "", {"b"}, rng) is None
+
+
+# ---- whole runs ---------------------------------------------------------------------------------------------
+# Messages of 4 kinds, each with its own label. The scripted task LM gets a "clear" message right always, and a
+# "vague" one only when its system prompt demonstrates that label (any demonstration with `Output: <label>`);
+# otherwise it answers "other". A rule can't help it: only examples do.
+_MSG = re.compile(r"(clear|vague) message of kind (\d)")
+
+
+def _label(kind: str) -> str:
+    return f"label_{kind}"
+
+
+def _examples(prefix: str, n: int) -> list[Example]:
+    out = []
+    for i in range(n):
+        kind, clarity = str(i % 4), ("clear" if i % 8 < 4 else "vague")
+        out.append(Example({"message": f"{clarity} message of kind {kind} (#{prefix}{i})"}, gold=_label(kind),
+                           id=f"{prefix}{i}"))
+    return out
+
+
+def _metric(example, output, trace):
+    answer = str(output).strip()
+    if answer == example.gold:
+        return Score(1.0, "Correct.")
+    return Score(0.0, f"Wrong: expected {example.gold}.", pattern=f"answered {answer}, expected {example.gold}")
+
+
+def _task_lm():
+    def answer(messages, params):
+        system, user = messages[0]["content"], messages[-1]["content"]
+        clarity, kind = _MSG.search(user).groups()
+        if clarity == "clear" or f"Output: {_label(kind)}" in system:
+            return Completion(_label(kind), finish_reason="stop")
+        return Completion("other", finish_reason="stop")
+
+    return ScriptedLM(answer, name="kinds")
+
+
+def _run(**options):
+    train, val = _examples("t", 32), _examples("v", 16)
+    reflection = ScriptedLM(lambda m, p: "<new_instruction>Classify the message carefully.</new_instruction>",
+                            name="reflect")
+    engine = build_engine({"instruction": "Classify the message. Reply with the label only."}, train, _metric,
+                          valset=val, program=single_instruction(), task_lm=_task_lm(), reflection_lm=reflection,
+                          budget=300, use_merge=False, seed=0, **options)
+    return asyncio.run(engine.run()), reflection
+
+
+@pytest.mark.parametrize("proposer", ["rewrite", "edit"])
+def test_demonstrations_find_the_gain_rules_cannot(proposer):
+    without, _ = _run(proposer=proposer)
+    with_demos, reflection = _run(proposer=proposer, fewshot=4)
+    assert without.best_score == pytest.approx(0.5)  # only the clear half: the words never help
+    assert with_demos.best_score >= 0.875
+    assert with_demos.rollouts_used <= 300
+    instruction, shown = demos.split(with_demos.best_candidate["instruction"])
+    assert instruction.startswith("Classify the message") and 2 <= len(shown) <= 4
+    # every demonstration is a training example the task LM got right, never a validation one
+    assert all(re.search(r"\(#t\d+\)", d.input) and d.output.startswith("label_") for d in shown)
+    # reflection never sees the demonstrations block
+    assert all(demos.HEADER not in m["content"] for msgs, _ in reflection.calls for m in msgs)
+
+
+def test_a_rewrite_keeps_the_parents_demonstrations():
+    from gepetto.config import EngineConfig
+    from gepetto.engine.proposers import parts
+
+    cfg = EngineConfig(fewshot=2)
+    text = demos.join("Classify.", [demos.Demo("vague message of kind 1 (#t5)", "label_1")])
+    assert parts(cfg, text) == ("Classify.", [demos.Demo("vague message of kind 1 (#t5)", "label_1")])
+    assert parts(EngineConfig(), text) == (text, [])  # fewshot off: the text is all instruction
+
+
+def test_fewshot_runs_are_deterministic():
+    a, _ = _run(proposer="edit", fewshot=3)
+    b, _ = _run(proposer="edit", fewshot=3)
+    assert a.best_candidate == b.best_candidate and a.rollouts_used == b.rollouts_used
+    assert [c.candidate.id for c in a.candidates] == [c.candidate.id for c in b.candidates]
