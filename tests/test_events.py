@@ -209,7 +209,8 @@ def test_outcome_labels_are_the_labels_shown_before():
     assert {o.value for o in Outcome} == {
         "accepted", "rejected: not better on minibatch", "rejected: already tried", "rejected: truncated",
         "rejected: empty", "rejected: unchanged", "rejected: chat reply", "rejected: copies our prompt markers",
-        "rejected: echoes the examples", "rejected: misses the right answer", "reflection error",
+        "rejected: echoes the examples", "rejected: misses the right answer", "rejected: over the length budget",
+        "reflection error",
         "skipped: parent perfect on minibatch",
         "skipped: no open mistake in the known training rollouts", "merge accepted", "merge rejected"}
     assert str(Outcome.TRUNCATED) == "rejected: truncated" and Outcome.TRUNCATED.reason == "truncated"
@@ -223,7 +224,7 @@ def test_every_rejection_the_vetters_can_give_is_an_outcome():
     reasons = set(re.findall(r'ReflectionProposal\([^,]+, "([^"]+)"', reflect))
     reasons |= set(re.findall(r'return (?:rule|""), "([^"]+)"', edits))
     assert {"truncated", "empty", "unchanged", "chat reply"} <= reasons
-    for why in reasons | {"already tried"}:
+    for why in reasons | {"already tried", "over the length budget"}:
         assert Outcome.rejected(why).group == "rejected"
 
 

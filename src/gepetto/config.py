@@ -157,6 +157,9 @@ class EngineConfig(_Options):
     reflection_temperatures: tuple[float, ...] = _field(
         (0.0, 0.7, 1.0), "Temperature of each reflection attempt (YAML list; the last one repeats).", REFLECTION)
     reflection_max_tokens: int = _field(700, "Longest reflection answer (tokens).", REFLECTION, ge=1)
+    max_component_chars: int | None = _field(
+        None, "Length budget of each instruction (characters; default none): reflection is told it and longer "
+        "proposals are rejected before any rollout.", REFLECTION, ge=1)
     reflection_chars: int = _field(6000, "Longest reflection prompt (characters; long traces are cut).",
                                    REFLECTION, ge=1)
     evidence_size: int = _field(8, "Paid training rollouts a parent needs before its mistakes are grouped.",

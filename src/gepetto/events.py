@@ -125,6 +125,7 @@ class Outcome(str, Enum):
     SCAFFOLDING = "rejected: copies our prompt markers"
     ECHO = "rejected: echoes the examples"
     MISSES_ANSWER = "rejected: misses the right answer"  # an edit rule that does not name the expected answer
+    OVER_LENGTH = "rejected: over the length budget"  # longer than EngineConfig.max_component_chars
     REFLECTION_ERROR = "reflection error"  # the reflection LM raised
     PARENT_PERFECT = "skipped: parent perfect on minibatch"
     NO_OPEN_MISTAKE = "skipped: no open mistake in the known training rollouts"  # edit proposer

@@ -112,7 +112,7 @@ def shown(rollout: Rollout, component: str, limit: int = 600, example: Example |
 
 
 def build_edit_prompt(current: str, focus: Focus, component: str, tried_rules: Sequence[str],
-                      examples: Mapping[str, Example] | None = None) -> list[Message]:
+                      examples: Mapping[str, Example] | None = None, limit: int | None = None) -> list[Message]:
     """The request for one rule. Our markers never surround text the model should copy into its rule.
     `examples` (by id) give the inputs of runs in which the component left no trace."""
     by_id = examples or {}
@@ -138,6 +138,10 @@ def build_edit_prompt(current: str, focus: Focus, component: str, tried_rules: S
         "input in general words; do not copy the inputs and do not repeat rules the instruction already has. "
         f"Write only the rule, between {RULE_OPEN} and {RULE_CLOSE}."
     )
+    if limit:
+        room = max(limit - len(current) - 3, 0)
+        parts.append(f"The instruction may be at most {limit} characters long with the rule: keep the rule under "
+                     f"{room} characters.")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(parts)}]
 
 
@@ -226,6 +230,7 @@ def retry_hint(why: str, pattern: str) -> str:
         "chat reply": "Do not talk to me; write the rule for the assistant.",
         "misses the right answer": (f"The right answer here is {expected_answer(pattern)}; the rule must say "
                                     "when to answer it."),
+        "over the length budget": "That rule makes the instruction too long; write a shorter one.",
     }
     return f"{reasons.get(why, f'That answer was not usable ({why}).')} {ask}"
 

@@ -24,7 +24,7 @@ from gepetto.engine import stopping
 from gepetto.engine.executors import Executor, make_executor
 from gepetto.engine.merge import find_merge
 from gepetto.engine.pareto import best_index
-from gepetto.engine.proposers import ProposalRequest, as_proposal
+from gepetto.engine.proposers import ProposalRequest, as_proposal, over_length
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.engine.strategies import Strategies
 from gepetto.events import Outcome, Stop, StopReason
@@ -371,6 +371,9 @@ class Engine:
         if child.id in self._tried:
             return
         self._tried.add(child.id)
+        if over_length(cfg, child):  # two branches' rules together may not fit the length budget
+            st.proposals[Outcome.OVER_LENGTH] += 1
+            return
         self._afford(len(self.valset), "next merge")
         st.merges_done += 1
         si, sj = st.records[i].val_scores, st.records[j].val_scores

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from gepetto import events as ev
@@ -107,6 +107,15 @@ def parts(cfg: EngineConfig, text: str) -> tuple[str, list[demos.Demo]]:
     return demos.split(text) if cfg.fewshot else (text, [])
 
 
+def over_length(cfg: EngineConfig, candidate: Candidate) -> bool:
+    """Whether an instruction part of `candidate` is longer than `max_component_chars` (described components,
+    artifacts, are not instructions and have no length budget)."""
+    limit, described = cfg.max_component_chars, cfg.component_descriptions or {}
+    if not limit:
+        return False
+    return any(len(parts(cfg, text)[0]) > limit for name, text in candidate.items() if name not in described)
+
+
 def temperature(cfg: EngineConfig, attempt: int) -> float:
     temps = list(cfg.reflection_temperatures) or [0.0]
     return temps[min(attempt, len(temps) - 1)]
@@ -135,7 +144,9 @@ class Rewrite:
         artifact = description is not None
         current, kept = parts(cfg, request.parent[component]) if not artifact else (request.parent[component], [])
         request.emit(ev.PhaseStarted("reflection"))
-        messages = build_prompt(current, examples, max_chars=cfg.reflection_chars, description=description)
+        limit = None if artifact else cfg.max_component_chars  # an artifact has no length budget
+        messages = build_prompt(current, examples, max_chars=cfg.reflection_chars, description=description,
+                                limit=limit)
         max_tokens = cfg.reflection_max_tokens
         for attempt in range(cfg.reflection_attempts):
             params = {"temperature": temperature(cfg, attempt), "max_tokens": max_tokens,
@@ -144,6 +155,8 @@ class Rewrite:
             if out is None:
                 continue
             proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
+            if not proposal.rejected and limit and len(proposal.text) > limit:
+                proposal = replace(proposal, rejected="over the length budget")
             rejected = Outcome.rejected(proposal.rejected) if proposal.rejected else None
             request.emit(ev.ReflectionAnswered(attempt, rejected, proposal.text, out.text))
             if rejected is None:
@@ -151,7 +164,7 @@ class Rewrite:
             request.count(rejected)
             if proposal.rejected == "truncated":
                 max_tokens *= 2
-            messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact)
+            messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact, limit=limit)
         return None
 
 
@@ -231,7 +244,11 @@ class Edit:
         current, kept = parts(cfg, parent[component])
         request.emit(ev.PhaseStarted("reflection"))
         by_id = {e.id: e for e in request.trainset}
-        messages = edits.build_edit_prompt(current, focus, component, tried_rules, by_id)
+        limit = cfg.max_component_chars
+        if limit and len(current) + 20 > limit:  # no room left for a rule: not worth a reflection call
+            request.count(Outcome.OVER_LENGTH)
+            return None
+        messages = edits.build_edit_prompt(current, focus, component, tried_rules, by_id, limit=limit)
         shown = [edits.shown(r, component, example=by_id.get(r.example_id)) for r in focus.failures + focus.contrast]
         for attempt in range(cfg.reflection_attempts):
             params = {"temperature": temperature(cfg, attempt), "max_tokens": cfg.rule_max_tokens,
@@ -240,6 +257,8 @@ class Edit:
             if out is None:
                 continue
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
+            if not why and limit and len(edits.apply_rule(current, rule)) > limit:
+                why = "over the length budget"
             if not why and request.tried(parent.replace(component, demos.join(edits.apply_rule(current, rule), kept))):
                 why = "already tried"
             rejected = Outcome.rejected(why) if why else None

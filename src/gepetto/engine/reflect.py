@@ -74,6 +74,8 @@ RETRY_HINTS = {
     "Write only the instruction itself, in plain words, between {open} and {close}.",
     "echoes the examples": "That copies the examples. Write general instructions for the task instead (rules, "
     "format, facts), between {open} and {close}.",
+    "over the length budget": "That is too long. Write a shorter instruction (at most {limit} characters) that "
+    "keeps what matters most, between {open} and {close}.",
 }
 
 
@@ -87,6 +89,8 @@ ARTIFACT_RETRY_HINTS = {
     "Write only the new text itself, between {open} and {close}.",
     "echoes the examples": "That copies the examples. Write a text that works in general, between {open} and "
     "{close}.",
+    "over the length budget": "That is too long. Write a shorter text (at most {limit} characters), between {open} "
+    "and {close}.",
 }
 
 
@@ -104,7 +108,8 @@ def lessons(raw: str) -> list[str]:
     return [_BULLET.sub("", line).strip() for line in head[start:].splitlines()[1:] if _BULLET.match(line)]
 
 
-def retry_messages(messages: list[Message], raw: str, reason: str, *, artifact: bool = False) -> list[Message]:
+def retry_messages(messages: list[Message], raw: str, reason: str, *, artifact: bool = False,
+                   limit: int | None = None) -> list[Message]:
     """The conversation for the next attempt: the rejected answer and why it was rejected.
 
     A model that wrote good lessons and then copied the old instruction is asked to turn its own lessons
@@ -113,7 +118,7 @@ def retry_messages(messages: list[Message], raw: str, reason: str, *, artifact: 
     hint = (ARTIFACT_RETRY_HINTS if artifact else RETRY_HINTS).get(reason)
     if hint is None:  # truncated: same request, more tokens
         return messages
-    text = hint.format(open=OPEN_TAG, close=CLOSE_TAG)
+    text = hint.format(open=OPEN_TAG, close=CLOSE_TAG, limit=limit)
     found = lessons(raw)
     if reason == "unchanged" and found and not artifact:
         listed = "\n".join(f"- {x}" for x in found)
@@ -193,8 +198,14 @@ def whole_run(rollout: Rollout, example: Example | None) -> ReflectionExample:
     return ReflectionExample(inputs, output, rollout.score.feedback, rollout.score.value, whole_run=True)
 
 
+def length_note(limit: int | None) -> str:
+    """What the reflection LM is told of the length budget (EngineConfig.max_component_chars), if any."""
+    return f"\nThe new text must be at most {limit} characters long." if limit else ""
+
+
 def build_prompt(
-    current: str, examples: Sequence[ReflectionExample], *, max_chars: int = 6000, description: str | None = None
+    current: str, examples: Sequence[ReflectionExample], *, max_chars: int = 6000, description: str | None = None,
+    limit: int | None = None,
 ) -> list[Message]:
     """The reflection request: the current text in full, then as many examples as fit in `max_chars` in all
     (at least one, each clipped to its share; failures come first in `examples`). With a `description` the
@@ -219,6 +230,7 @@ def build_prompt(
             + "\n\n".join(blocks)
             + "\n\n=== End of examples ===\n\n"
             + ARTIFACT_TASK_PROMPT.format(open=OPEN_TAG, close=CLOSE_TAG, description=_said(description))
+            + length_note(limit)
         )
         return [{"role": "system", "content": ARTIFACT_SYSTEM_PROMPT}, {"role": "user", "content": user}]
     user = (
@@ -228,6 +240,7 @@ def build_prompt(
         + "\n\n".join(blocks)
         + "\n\n=== End of examples ===\n\n"
         + TASK_PROMPT.format(open=OPEN_TAG, close=CLOSE_TAG)
+        + length_note(limit)
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
