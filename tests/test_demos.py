@@ -245,3 +245,14 @@ def test_a_proposer_of_ones_own_gets_demonstrations_beside_it():
     wrapped = resolve("proposer", mine, EngineConfig(fewshot=2))
     assert isinstance(wrapped, FewShot) and wrapped.inner is mine
 
+
+def test_realtrack_names_a_fewshot_run_apart():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.realtrack import run_name
+
+    assert run_name("demo", "edit", 0) == "rt-demo-edit-s0"
+    assert run_name("demo", "edit", 0, fewshot=4) == "rt-demo-edit-fs4-s0"
+    assert run_name("demo", "edit", 1, fewshot=4, suffix="v6fs") == "rt-demo-edit-s1-v6fs"  # as before the tag
