@@ -61,6 +61,7 @@ def test_from_rollout_takes_the_components_call_on_one_line_and_skips_cut_answer
     d = demos.from_rollout(_solved("e1", "two\nlines", "an  answer"), "instruction")
     assert d == demos.Demo("two lines", "an answer", "e1")
     assert demos.from_rollout(_solved("e2", "x", "y", finish="length"), "instruction") is None
+    assert demos.from_rollout(_solved("e2", "x", "y", finish="end_turn"), "instruction") is not None  # a backend's word
     assert demos.from_rollout(_solved("e3", "x", "y", component="other"), "instruction") is None
     assert demos.from_rollout(_solved("e4", "x" * 600, "y"), "instruction") is None
 

@@ -33,6 +33,7 @@ HEADER = "Examples of correct answers:"
 _SEP = f"\n\n{HEADER}\n"
 MAX_INPUT_CHARS = 500
 MAX_OUTPUT_CHARS = 300
+_NOT_WHOLE = {"length", "error", "content_filter"}  # finish reasons of an answer not to show (any other: whole)
 NEAREST = 3  # a new demonstration is drawn from this many solved inputs most like the mistake's inputs
 
 
@@ -90,9 +91,9 @@ def add(text: str, demo: Demo, max_demos: int) -> str:
 
 def from_rollout(rollout: Rollout, component: str) -> Demo | None:
     """The demonstration a solved rollout gives for `component`: its first call's input and answer, on one line
-    each; None without such a call, with a cut answer or with an input too long to show whole."""
+    each; None without such a call, with a cut answer (or an error) or with an input too long to show whole."""
     call = next((t for t in rollout.trace if t.component == component), None)
-    if call is None or call.finish_reason != "stop":
+    if call is None or call.finish_reason in _NOT_WHOLE:
         return None
     inp, out = _one_line(call.inputs), _one_line(call.output)
     if not inp or not out or len(inp) > MAX_INPUT_CHARS or len(out) > MAX_OUTPUT_CHARS:
