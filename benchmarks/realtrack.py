@@ -2,10 +2,11 @@
 
 Usage:
   python benchmarks/realtrack.py headroom [--tasks ...]                    # baseline / seed / expert on val+test
-  python benchmarks/realtrack.py optimize --proposer edit --seeds 0 1 2 [--tasks ...] [--budget 300]
+  python benchmarks/realtrack.py optimize --proposer edit --seeds 0 1 2 [--tasks ...] [--budget 300] [--fewshot 4]
 
 Every task keeps one fixed split (data seed 0: CLINC150's / SNIPS' own train, val and test files); the
-optimisation seed varies. Runs are stored and resumable in --storage (run name `rt-TASK-PROPOSER-sSEED`);
+optimisation seed varies. Runs are stored and resumable in --storage (run name `rt-TASK-PROPOSER-sSEED`,
+`rt-TASK-PROPOSER-fsN-sSEED` with `--fewshot N`, `rt-TASK-PROPOSER-sSEED-SUFFIX` with `--run-suffix`);
 task-LM answers are cached there too, so scoring the same candidate twice costs nothing. Each line of
 results is appended as JSON to --log; `table` turns the log into the markdown tables of
 benchmarks/results/realtrack.md.
@@ -64,35 +65,53 @@ def headroom(name: str, storage: Path) -> dict[str, Any]:
     return row
 
 
+def run_name(task: str, proposer: str, seed: int, fewshot: int = 0, suffix: str = "") -> str:
+    """The stored run's name. A run with demonstrations is another run than one without (never a resume of it):
+    `-fsN` in its name, unless a --run-suffix names it (as runs with --fewshot started before this tag did:
+    they resume under that name)."""
+    return (f"rt-{task}-{proposer}" + (f"-fs{fewshot}" if fewshot and not suffix else "") + f"-s{seed}"
+            + (f"-{suffix}" if suffix else ""))
+
+
 def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
              extra: dict[str, Any], fewshot: int = 0) -> dict[str, Any]:
     task = _task(name)
     cfg = load_config(task=name, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, seed=seed, budget=budget,
                       max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED}, fewshot=fewshot)
-    counts: dict[str, int] = {"reflections": 0, "usable": 0}
+    counts: dict[str, int] = {"reflections": 0, "usable": 0, "demos_tested": 0, "demos_accepted": 0}
 
     def on_event(event: ev.Event) -> None:
         if isinstance(event, ev.ReflectionAnswered):
             counts["reflections"] += 1
             counts["usable"] += event.rejected is None
+        elif isinstance(event, ev.ProposalTested) and event.origin == "demo":
+            counts["demos_tested"] += 1
+            counts["demos_accepted"] += event.accepted
         elif isinstance(event, ev.CandidateAdded):
             rec = event.record
             print(f"[{name} {proposer} s{seed}] candidate {rec.index} ({rec.origin}) val {rec.mean:.3f} "
                   f"at {rec.rollouts_at_creation} rollouts", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    run = f"rt-{name}-{proposer}-s{seed}" + (f"-{extra['run_suffix']}" if extra.get("run_suffix") else "")
+    run = run_name(name, proposer, seed, fewshot, extra.get("run_suffix") or "")
     _, result = start_or_resume(cfg, storage=storage, run=run, callbacks=on_event)
     seconds = time.perf_counter() - t0
     lm = CachedLM(make_lm(TASK_LM), storage)
     best_test = asyncio.run(_score(task, result.best_candidate, task.testset, lm))
-    return {"kind": "run", "task": name, "proposer": proposer, "seed": seed, "budget": budget,
+    return {"kind": "run", "task": name, "proposer": proposer, "fewshot": fewshot, "seed": seed, "budget": budget,
             "rollouts": result.rollouts_used, "seed_val": result.seed_score, "best_val": result.best_score,
             "best_test": best_test, "candidates": len(result.candidates),
             "proposals": {str(k): v for k, v in result.proposals.items()},
-            "reflections": counts["reflections"], "usable": counts["usable"], "seconds": round(seconds),
+            "reflections": counts["reflections"], "usable": counts["usable"],
+            "demos_tested": counts["demos_tested"], "demos_accepted": counts["demos_accepted"],
+            "demo_candidates": sum(c.origin == "demo" for c in result.candidates), "seconds": round(seconds),
             "stop_reason": result.stop_reason.value, "stop_message": result.stop_message,
             "best": dict(result.best_candidate)}
+
+
+def _variant(row: dict[str, Any]) -> str:
+    """How a run is named in the tables: its proposer, and `+fewshot N` with demonstrations."""
+    return row["proposer"] + (f" +fewshot {row['fewshot']}" if row.get("fewshot") else "")
 
 
 def table(log: Path) -> str:
@@ -105,7 +124,7 @@ def table(log: Path) -> str:
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}  # a resumed run's row replaces its earlier rows
     for r in rows:
         if r["kind"] == "run":
-            latest[(r["task"], r["proposer"], r.get("label"), r["seed"], r["budget"])] = r
+            latest[(r["task"], _variant(r), r.get("label"), r["seed"], r["budget"])] = r
     runs = list(latest.values())
     out = []
     for name, h in head.items():
@@ -122,7 +141,7 @@ def table(log: Path) -> str:
         by: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for r in runs:
             if r["task"] == name:
-                by.setdefault((f"{r['proposer']}{' ' + r['label'] if r.get('label') else ''}", r["budget"]),
+                by.setdefault((f"{_variant(r)}{' ' + r['label'] if r.get('label') else ''}", r["budget"]),
                               []).append(r)
         for (proposer, budget), rs in sorted(by.items()):
             tests = [r["best_test"] for r in rs]
@@ -136,7 +155,10 @@ def table(log: Path) -> str:
         for r in runs:
             if r["task"] == name:
                 props = ", ".join(f"{k} {v}" for k, v in sorted(r["proposals"].items()))
-                label = f"`{r['proposer']}`" + (f" {r['label']}" if r.get("label") else "")
+                label = f"`{_variant(r)}`" + (f" {r['label']}" if r.get("label") else "")
+                if r.get("fewshot"):
+                    props += (f"; demonstrations {r['demos_accepted']}/{r['demos_tested']} accepted, "
+                              f"{r['demo_candidates']} in the pool")
                 out.append(f"- {label} seed {r['seed']}: test {r['best_test']:.3f}, val "
                            f"{r['seed_val']:.3f} -> {r['best_val']:.3f}, {r['rollouts']}/{r['budget']} rollouts, "
                            f"{r['candidates']} candidates, {r['usable']}/{r['reflections']} reflection answers "

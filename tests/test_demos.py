@@ -39,6 +39,20 @@ def test_add_keeps_at_most_max_demos_dropping_the_oldest():
     assert [d.input for d in kept] == ["in 1", "in 2", "in 3"]
 
 
+def test_when_full_a_repeated_answer_goes_before_the_oldest():
+    text = demos.join("Do it.", [demos.Demo("in 0", "a"), demos.Demo("in 1", "b"), demos.Demo("in 2", "b")])
+    _, kept = demos.split(demos.add(text, demos.Demo("in 3", "c"), max_demos=3))
+    assert [d.input for d in kept] == ["in 0", "in 2", "in 3"]  # "in 1" showed "b" twice over; "a" stays shown
+    _, kept = demos.split(demos.add(text, demos.Demo("in 3", "a"), max_demos=3))
+    assert [d.input for d in kept] == ["in 1", "in 2", "in 3"]  # all repeated: the oldest of them goes
+
+
+def test_a_seed_may_bring_demonstrations_of_its_own_in_the_same_form():
+    text = "Classify.\n\nExamples of correct answers:\nInput: hello\nOutput: greeting"
+    assert demos.split(text) == ("Classify.", [demos.Demo("hello", "greeting")])
+    assert demos.split(demos.join(text, [demos.Demo("bye", "farewell")]))[1] == [demos.Demo("bye", "farewell")]
+
+
 def _solved(eid: str, inp: str, out: str, finish: str = "stop", component: str = "instruction") -> Rollout:
     return Rollout(eid, Score(1.0, "Correct."), out, [TraceEntry(component, inp, out, finish)])
 
@@ -47,6 +61,7 @@ def test_from_rollout_takes_the_components_call_on_one_line_and_skips_cut_answer
     d = demos.from_rollout(_solved("e1", "two\nlines", "an  answer"), "instruction")
     assert d == demos.Demo("two lines", "an answer", "e1")
     assert demos.from_rollout(_solved("e2", "x", "y", finish="length"), "instruction") is None
+    assert demos.from_rollout(_solved("e2", "x", "y", finish="end_turn"), "instruction") is not None  # a backend's word
     assert demos.from_rollout(_solved("e3", "x", "y", component="other"), "instruction") is None
     assert demos.from_rollout(_solved("e4", "x" * 600, "y"), "instruction") is None
 
@@ -60,6 +75,18 @@ def test_choose_prefers_the_missed_answer_and_avoids_shown_and_tested_examples()
     assert demos.choose(solved, "instruction", [], "bill_balance", {"b"}, rng).example_id in {"a", "c"}
     shown = [demos.Demo("msg a", "balance"), demos.Demo("msg c", "apr")]
     assert demos.choose(solved, "instruction", shown, "", {"b"}, rng) is None
+
+
+def test_choose_prefers_inputs_like_the_mistakes():
+    solved = [_solved(f"s{i}", text, f"out {i}") for i, text in enumerate([
+        "I'd like to order three notebooks for my kids.", "Send me 12 pencils.", "A dozen muffins for 2 o'clock.",
+        "Could I order nine plates?", "I want to buy five towels.", "Ten mugs with our logo, please."])]
+    like = ["Hi, could I get a dozen eggs delivered tomorrow?"]
+    picks = {demos.choose(solved, "instruction", [], "", set(), random.Random(i), like=like).example_id
+             for i in range(20)}
+    assert "s2" in picks and len(picks) <= demos.NEAREST  # the "dozen" one, among the few nearest
+    # nothing in common: any of them
+    assert demos.nearest({"a": demos.Demo("x y", "1"), "b": demos.Demo("z", "2")}, ["w"]) == ["a", "b"]
 
 
 # ---- whole runs ---------------------------------------------------------------------------------------------
@@ -100,8 +127,9 @@ def _task_lm():
     return ScriptedLM(answer, name="kinds")
 
 
-def _run(**options):
-    train, val = _examples("t", 32), _examples("v", 16)
+def _run(*, val=None, **options):
+    train = _examples("t", 32)
+    val = _examples("v", 16) if val is None else val
     reflection = ScriptedLM(lambda m, p: "<new_instruction>Classify the message carefully.</new_instruction>",
                             name="reflect")
     engine = build_engine({"instruction": "Classify the message. Reply with the label only."}, train, _metric,
@@ -123,6 +151,9 @@ def test_demonstrations_find_the_gain_rules_cannot(proposer):
     assert all(re.search(r"\(#t\d+\)", d.input) and d.output.startswith("label_") for d in shown)
     # reflection never sees the demonstrations block
     assert all(demos.HEADER not in m["content"] for msgs, _ in reflection.calls for m in msgs)
+    # the children that added one say so (CandidateRecord.origin, ProposalTested.origin)
+    assert any(c.origin == "demo" for c in with_demos.candidates)
+    assert not any(c.origin == "demo" for c in without.candidates)
 
 
 def test_a_rewrite_keeps_the_parents_demonstrations():
@@ -140,3 +171,89 @@ def test_fewshot_runs_are_deterministic():
     b, _ = _run(proposer="edit", fewshot=3)
     assert a.best_candidate == b.best_candidate and a.rollouts_used == b.rollouts_used
     assert [c.candidate.id for c in a.candidates] == [c.candidate.id for c in b.candidates]
+
+
+def test_demonstrations_never_come_from_validation_examples():
+    train = _examples("t", 32)
+    result, _ = _run(proposer="edit", fewshot=4, val=_examples("v", 8) + train[:16])  # half the train is val too
+    shown = [d for c in result.candidates for d in demos.split(c.candidate["instruction"])[1]]
+    assert shown and all(int(re.search(r"\(#t(\d+)\)", d.input).group(1)) >= 16 for d in shown)
+
+
+def test_without_a_separate_valset_no_demonstration_is_proposed_and_a_warning_says_why():
+    with pytest.warns(RuntimeWarning, match="every training example is also a validation example"):
+        result, _ = _run(proposer="edit", fewshot=4, val=_examples("t", 32))
+    assert not any(demos.HEADER in c.candidate["instruction"] for c in result.candidates)
+
+
+# ---- reflection on a text with demonstrations ------------------------------------------------------------
+_LONG = ("please tell me which of the four kinds this rather long and winding customer message belongs to, "
+         "since the order it is about went out late and the parcel that came was not what anyone had asked for")
+
+
+_FIRST = "Classify the message. Reply with the label only."
+_BETTER = "You sort customer messages into four kinds; think about the kind first, then reply with its label only."
+
+
+def _copying_reflection():
+    """Hands back the text it was shown as the current instruction with its first sentence reworded (as small
+    models often do)."""
+    def answer(messages, params):
+        user = messages[1]["content"]
+        current = user.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
+        return f"<new_instruction>{current.replace(_FIRST, _BETTER)}</new_instruction>"
+
+    return ScriptedLM(answer, name="copy")
+
+
+@pytest.mark.parametrize("fewshot", [0, 3])
+def test_a_rewrite_keeps_the_demonstrations_and_is_no_echo_of_them(fewshot):
+    from gepetto.events import Outcome, ProposalTested, ReflectionAnswered
+
+    train = [Example({"message": f"vague message of kind {k} (#t{k}) {_LONG}"}, gold=_label(str(k)), id=f"t{k}")
+             for k in range(3)]
+    shown = [demos.Demo(e.inputs["message"], e.gold) for e in train]  # the seed shows every training example
+    seed = demos.join(_FIRST, shown)
+    seen = []
+    reflection = _copying_reflection()
+    engine = build_engine({"instruction": seed}, train, _metric, valset=_examples("v", 8),
+                          program=single_instruction(), reflection_lm=reflection, budget=40,
+                          task_lm=ScriptedLM(lambda m, p: Completion("other", finish_reason="stop")),  # all wrong
+                          use_merge=False, seed=0, fewshot=fewshot, fewshot_share=0.0, callbacks=seen.append)
+    result = asyncio.run(engine.run())
+    answers = [e for e in seen if isinstance(e, ReflectionAnswered)]
+    assert answers
+    if fewshot:  # reflection sees the instruction alone; the child gets the parent's demonstrations back
+        assert all(demos.HEADER not in m["content"] for msgs, _ in reflection.calls for m in msgs)
+        assert answers[0].rejected is None and Outcome.ECHO not in result.proposals
+        tested = [e for e in seen if isinstance(e, ProposalTested)]
+        assert tested and all(demos.split(e.text) == (_BETTER, shown) for e in tested)
+    else:  # the whole text is the instruction: what it hands back copies the shown examples, an echo
+        assert answers[0].rejected is Outcome.ECHO
+
+
+def test_a_proposer_of_ones_own_gets_demonstrations_beside_it():
+    from gepetto.config import EngineConfig
+    from gepetto.engine.proposers import FewShot
+    from gepetto.engine.strategies import resolve
+
+    class Mine:
+        async def propose(self, request):
+            return None
+
+    mine = Mine()
+    assert resolve("proposer", mine, EngineConfig()) is mine
+    wrapped = resolve("proposer", mine, EngineConfig(fewshot=2))
+    assert isinstance(wrapped, FewShot) and wrapped.inner is mine
+
+
+def test_realtrack_names_a_fewshot_run_apart():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.realtrack import run_name
+
+    assert run_name("demo", "edit", 0) == "rt-demo-edit-s0"
+    assert run_name("demo", "edit", 0, fewshot=4) == "rt-demo-edit-fs4-s0"
+    assert run_name("demo", "edit", 1, fewshot=4, suffix="v6fs") == "rt-demo-edit-s1-v6fs"  # as before the tag

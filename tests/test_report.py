@@ -238,6 +238,18 @@ def test_tree_has_every_candidate_front_best_and_merge_edges() -> None:
     assert len(re.findall(r'<circle class="pt ', page)) == 5
 
 
+def test_a_demonstration_child_is_shown_as_one() -> None:
+    snap = hand_snapshot()
+    cands = snap["result"]["candidates"]
+    cands.append(_cand(5, {**cands[4]["texts"], "instruction": cands[4]["texts"]["instruction"]
+                           + "\n\nExamples of correct answers:\nInput: who?\nOutput: Ada"}, [4], "demo",
+                       {"val-a": 1, "val-b": 1, "val-c": 1, "val-d": 1}, "instruction", at=55))
+    page = render_report(snap)
+    assert re.search(r'<g class="node demo[ "]', page) and '<circle class="pt demo' in page
+    assert "#5 demo of instruction" in page and "teal demonstration" in page
+    assert "teal demonstration" not in render_report(hand_snapshot())  # said only when there is one
+
+
 def test_tree_layout_rows_do_not_overlap() -> None:
     page = render_report(big_snapshot(300))
     pos = re.findall(r'data-select="(\d+)" tabindex="0" role="button" transform="translate\(([\d.]+),([\d.]+)\)"',

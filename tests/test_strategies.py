@@ -331,11 +331,13 @@ def _stored(storage, stop=None, **options):
 @pytest.mark.parametrize("options", [{"parent_selector": name, "epsilon": 0.3} for name in PARENT_SELECTORS]
                          + [{"parent_selector": "epsilon-greedy", "epsilon": 0.5, "component_selector": "all"},
                             {"proposer": "edit", "accept": "non_decreasing"},
-                            {"proposer": "edit", "fewshot": 3}, {"fewshot": 2, "fewshot_share": 0.7}])
+                            # (demonstrations do not help the simulated task LM: accepted only when not worse)
+                            {"proposer": "edit", "fewshot": 3, "accept": "non_decreasing"},
+                            {"fewshot": 2, "fewshot_share": 0.7, "accept": "non_decreasing"}])
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, options):
     whole = _stored(tmp_path / "whole.sqlite", **options)
-    assert len(whole.candidates) > 2
-    assert options.get("fewshot") or any(len(c.parents) == 2 for c in whole.candidates)  # merges too
+    assert len(whole.candidates) > 2 and any(len(c.parents) == 2 for c in whole.candidates)  # merges too
+    assert not options.get("fewshot") or any(c.origin == "demo" for c in whole.candidates)  # demonstrations too
     storage = tmp_path / "s.sqlite"
     for k in (3, 7):  # two sessions stopped by a condition of their own, then one to the end
         part = _stored(storage, stop=lambda s, k=k: f"iteration {k}" if s.iteration >= k else None, **options)

@@ -21,7 +21,9 @@ uses them is `FewShot` in engine/proposers.py.
 
 from __future__ import annotations
 
+import math
 import random
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +33,8 @@ HEADER = "Examples of correct answers:"
 _SEP = f"\n\n{HEADER}\n"
 MAX_INPUT_CHARS = 500
 MAX_OUTPUT_CHARS = 300
+_NOT_WHOLE = {"length", "error", "content_filter"}  # finish reasons of an answer not to show (any other: whole)
+NEAREST = 3  # a new demonstration is drawn from this many solved inputs most like the mistake's inputs
 
 
 @dataclass(frozen=True)
@@ -74,16 +78,22 @@ def join(instruction: str, demos: Sequence[Demo]) -> str:
 
 
 def add(text: str, demo: Demo, max_demos: int) -> str:
-    """`text` with `demo` appended; when `max_demos` are already there, the oldest goes."""
+    """`text` with `demo` appended. When `max_demos` are already there, one goes: the oldest whose answer another
+    demonstration also shows (so the answers shown stay varied), else the oldest."""
     instruction, demos = split(text)
-    return join(instruction, [*demos, demo][-max_demos:])
+    demos = [*demos, demo]
+    while len(demos) > max(max_demos, 0):
+        outputs = [d.output.lower() for d in demos]
+        drop = next((i for i, o in enumerate(outputs) if outputs.count(o) > 1), 0)
+        del demos[drop]
+    return join(instruction, demos)
 
 
 def from_rollout(rollout: Rollout, component: str) -> Demo | None:
     """The demonstration a solved rollout gives for `component`: its first call's input and answer, on one line
-    each; None without such a call, with a cut answer or with an input too long to show whole."""
+    each; None without such a call, with a cut answer (or an error) or with an input too long to show whole."""
     call = next((t for t in rollout.trace if t.component == component), None)
-    if call is None or call.finish_reason != "stop":
+    if call is None or call.finish_reason in _NOT_WHOLE:
         return None
     inp, out = _one_line(call.inputs), _one_line(call.output)
     if not inp or not out or len(inp) > MAX_INPUT_CHARS or len(out) > MAX_OUTPUT_CHARS:
@@ -91,11 +101,35 @@ def from_rollout(rollout: Rollout, component: str) -> Demo | None:
     return Demo(inp, out, rollout.example_id)
 
 
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def nearest(pool: dict[str, Demo], like: Sequence[str], k: int = NEAREST) -> list[str]:
+    """The ids of the `k` demonstrations in `pool` whose inputs share the most rare words with the texts in
+    `like` (the inputs the parent got wrong), rarity counted over the pool and `like` (idf); all of `pool`
+    when nothing is shared."""
+    docs = {i: _words(d.input) for i, d in pool.items()}
+    target = [_words(t) for t in like]
+    if not any(target):
+        return sorted(pool)
+    n = len(docs) + len(target)
+    df: dict[str, int] = {}
+    for words in [*docs.values(), *target]:
+        for w in words:
+            df[w] = df.get(w, 0) + 1
+    idf = {w: math.log(n / c) for w, c in df.items()}
+    score = {i: max(sum(idf[w] for w in words & t) for t in target) for i, words in docs.items()}
+    ranked = sorted((i for i in pool if score[i] > 0), key=lambda i: (-score[i], i))
+    return ranked[:k] or sorted(pool)
+
+
 def choose(solved: Iterable[Rollout], component: str, current: Sequence[Demo], answer: str, avoid: set[str],
-           rng: random.Random) -> Demo | None:
+           rng: random.Random, like: Sequence[str] = ()) -> Demo | None:
     """A new demonstration from `solved` rollouts (training examples only): one whose output is `answer` (the
-    right answer the parent keeps missing) when there is one, else any; never an input already shown, nor an
-    example in `avoid` (the examples the child is tested on)."""
+    right answer the parent keeps missing) when there is one, else any; among those, one of the few whose inputs
+    are most like `like` (the inputs the parent got wrong); never an input already shown, nor an example in
+    `avoid` (the examples the child is tested on, and any validation example)."""
     shown = {d.input for d in current}
     pool: dict[str, Demo] = {}
     for r in sorted(solved, key=lambda r: r.example_id):
@@ -106,6 +140,5 @@ def choose(solved: Iterable[Rollout], component: str, current: Sequence[Demo], a
             pool[r.example_id] = demo
     if not pool:
         return None
-    ids = sorted(pool)
-    wanted = [i for i in ids if answer and _one_line(pool[i].output).lower() == answer.lower()]
-    return pool[rng.choice(wanted or ids)]
+    wanted = {i: d for i, d in pool.items() if answer and d.output.lower() == answer.lower()}
+    return pool[rng.choice(nearest(wanted or pool, like))]

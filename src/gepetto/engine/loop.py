@@ -276,7 +276,7 @@ class Engine:
             reserved += plan.cost
             plans.append(plan)
 
-        async def in_turn(plan: _Plan, turn: _Turn) -> tuple[Candidate, dict[str, float]] | None:
+        async def in_turn(plan: _Plan, turn: _Turn) -> tuple[Candidate, dict[str, float], str] | None:
             try:
                 return await self._try_proposal(plan, turn)
             finally:
@@ -293,22 +293,23 @@ class Engine:
                 task.cancel()  # no-op when done
                 outcome = self._outcome(task, plan.iteration)
                 if outcome is not None:
-                    child, scores = outcome
-                    self._commit(child, (plan.parent_idx,), "reflection", plan.component, scores, plan.iteration)
+                    child, scores, origin = outcome
+                    self._commit(child, (plan.parent_idx,), origin, plan.component, scores, plan.iteration)
                     if cfg.use_merge:
                         st.merges_due += 1
 
-    def _outcome(self, task: asyncio.Future, iteration: int) -> tuple[Candidate, dict[str, float]] | None:
+    def _outcome(self, task: asyncio.Future, iteration: int) -> tuple[Candidate, dict[str, float], str] | None:
         """What a try gave: its result, or, when a stop cut it short after its last validation rollout, the
         child and its scores from the state."""
         if task.done() and not task.cancelled() and task.exception() is None:
             return task.result()
-        rec = next((r for r in self._validating.values() if r.origin == "reflection" and r.iteration == iteration),
-                   None)
+        rec = next((r for r in self._validating.values() if r.origin not in ("seed", "merge")
+                    and r.iteration == iteration), None)
         scores = self._paid_scores(rec.candidate) if rec is not None else {}
-        return (rec.candidate, scores) if rec is not None and len(scores) == len(self.valset) else None
+        return (rec.candidate, scores, rec.origin) if rec is not None and len(scores) == len(self.valset) else None
 
-    async def _try_proposal(self, plan: _Plan, turn: _Turn | None = None) -> tuple[Candidate, dict[str, float]] | None:
+    async def _try_proposal(self, plan: _Plan, turn: _Turn | None = None
+                            ) -> tuple[Candidate, dict[str, float], str] | None:
         """Minibatch, proposal, the child's test and, if it passes, validation: the child's scores or None."""
         st = self.state
         parent = st.records[plan.parent_idx].candidate
@@ -336,14 +337,15 @@ class Engine:
         accepted = bool(self.strategies.accept(before, after))
         text = "\n\n".join(child[c] for c in proposal.texts)
         self._emit(ev.ProposalTested(plan.parent_idx, plan.component, text, sum(before), sum(after), accepted,
-                                     proposal.rule, proposal.pattern))
+                                     proposal.rule, proposal.pattern, proposal.origin))
         if proposal.verdict is not None:
             proposal.verdict(child, accepted)
         if not accepted:
             st.proposals[Outcome.NOT_BETTER] += 1
             return None
         st.proposals[Outcome.ACCEPTED] += 1
-        return child, await self._validate(child, (plan.parent_idx,), "reflection", plan.component, plan.iteration)
+        origin = proposal.origin or "reflection"
+        return child, await self._validate(child, (plan.parent_idx,), origin, plan.component, plan.iteration), origin
 
     def _count(self, outcome: Outcome) -> None:
         self.state.proposals[outcome] += 1

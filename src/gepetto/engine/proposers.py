@@ -20,6 +20,7 @@ metered, stored with a run and replayed on resume (an LM of its own would make r
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -68,7 +69,8 @@ class Proposal:
 
     `test_on`: the examples the child is tested on (default: the minibatch); the parent's rollouts on them must
     be known or fit the rollouts set aside (`Proposer.test_size`). `rule`/`pattern` go into the ProposalTested
-    event. `verdict(child, accepted)` is called once the test has decided.
+    event. `verdict(child, accepted)` is called once the test has decided. `origin` names how the child was
+    made, in its ProposalTested event and CandidateRecord ("demo" for a demonstration; None: "reflection").
     """
 
     texts: Mapping[str, str]
@@ -76,6 +78,7 @@ class Proposal:
     rule: str | None = None
     pattern: str | None = None
     verdict: Callable[[Candidate, bool], None] | None = None
+    origin: str | None = None  # how the child was made, as its CandidateRecord says (None: "reflection")
 
 
 class Proposer(Protocol):
@@ -273,10 +276,11 @@ class Edit:
 
 class FewShot:
     """Few-shot demonstrations (engine/demos.py) next to another proposer: with probability `fewshot_share` a
-    proposal adds one solved training example to a component's demonstrations (at most `fewshot`, the oldest
-    goes), chosen to show the right answer of one of the parent's frequent mistakes; it costs no reflection
-    call and is tested like an edit, on that mistake's failures and on solved cases. Otherwise, or when no
-    mistake or solved example is known, the other proposer proposes (seeing only the instruction part)."""
+    proposal adds one solved training example to a component's demonstrations (at most `fewshot`, see
+    `demos.add` for which one goes), chosen to show the right answer of one of the parent's frequent mistakes
+    and to look like the inputs it got wrong; it costs no reflection call and is tested like an edit, on that
+    mistake's failures and on solved cases. Otherwise, or when no mistake or usable solved example is known, the
+    other proposer proposes (the built-ins see only the instruction part). Its children have origin "demo"."""
 
     def __init__(self, inner: Any, cfg: EngineConfig) -> None:
         self.inner, self.cfg = inner, cfg
@@ -284,6 +288,7 @@ class FewShot:
                              cfg.minibatch_size + cfg.gate_solved)
         if hasattr(inner, "minibatch"):
             self.minibatch = inner.minibatch
+        self._warned = False
 
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
         cfg = self.cfg
@@ -294,25 +299,48 @@ class FewShot:
                 return proposal
         return await self.inner.propose(request)
 
+    def _sources(self, request: ProposalRequest) -> set[str]:
+        """The training examples a demonstration may come from: never a validation example (it would be scored
+        with its own answer in the prompt). Warns once when that leaves none (the valset is the trainset)."""
+        sources = {e.id for e in request.trainset} - set(request.state.val_ids)
+        if not sources and not self._warned:
+            self._warned = True
+            warnings.warn("fewshot: every training example is also a validation example (no valset given?), so no "
+                          "demonstration can be shown without being scored on validation: none is proposed; give "
+                          "a valset apart from the trainset", RuntimeWarning, stacklevel=2)
+        return sources
+
     def _demo(self, request: ProposalRequest, component: str) -> Proposal | None:
         cfg, st, parent, rng = self.cfg, request.state, request.parent, request.rng
+        sources = self._sources(request)
+        if not sources:
+            return None
         evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
         focus = edits.choose_focus(evidence, cfg.perfect_score, {}, rng, max_failures=cfg.minibatch_size,
                                    max_contrast=cfg.gate_solved)
         if focus is None:
             return None
         gate_ids = edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size, cfg.gate_solved, rng)
-        train_ids = {e.id for e in request.trainset}
         # solved training examples of any candidate: what the task LM answered there is a right answer
         solved = [r for (_, ex_id), r in sorted(st.rollouts.items())
-                  if ex_id in train_ids and r.score.value >= cfg.perfect_score]
+                  if ex_id in sources and r.score.value >= cfg.perfect_score]
         _, current = demos.split(parent[component])
-        demo = demos.choose(solved, component, current, edits.expected_answer(focus.pattern), set(gate_ids), rng)
+        calls = (next((t for t in r.trace if t.component == component), None) for r in focus.failures)
+        missed = [t.inputs for t in calls if t is not None]  # what the demonstration should look like
+        demo = demos.choose(solved, component, current, edits.expected_answer(focus.pattern), set(gate_ids), rng,
+                            like=missed)
         if demo is None:
             return None
         text = demos.add(parent[component], demo, cfg.fewshot)
         if request.tried(parent.replace(component, text)):
             return None
         by_id = {e.id: e for e in request.trainset}
+        memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.get("edit.rules_tried", {})
+
+        def verdict(child: Candidate, accepted: bool) -> None:
+            # the rules that failed on the parent (edit proposer) are remembered for its demo child too
+            if accepted and (parent.id, component) in memory:
+                memory[(child.id, component)] = {p: list(r) for p, r in memory[(parent.id, component)].items()}
+
         return Proposal({component: text}, [by_id[i] for i in gate_ids], f"example {demo.example_id}: "
-                        f"{demo.render()}", focus.pattern)
+                        f"{demo.render()}", focus.pattern, verdict, origin="demo")

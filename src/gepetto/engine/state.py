@@ -19,7 +19,7 @@ class CandidateRecord:
     index: int
     candidate: Candidate
     parents: tuple[int, ...]
-    origin: str  # "seed", "reflection" or "merge"
+    origin: str  # "seed", "reflection", "demo" (a few-shot demonstration added) or "merge"
     iteration: int
     component: str | None  # the component reflection rewrote (None for seed and merge)
     val_scores: dict[str, float]

@@ -223,6 +223,10 @@ def resolve(option: str, spec: Any, cfg: EngineConfig) -> Any:
         needs = "an async propose(request) method" if option == "proposer" else "to be callable"
         if not (callable(getattr(spec, "propose", None)) if option == "proposer" else callable(spec)):
             raise ConfigError(f"{option}: {type(spec).__name__} is no {option.replace('_', ' ')} ({needs})")
+        if option == "proposer" and cfg.fewshot:  # demonstrations beside a proposer of one's own, too
+            from gepetto.engine.proposers import FewShot
+
+            return FewShot(spec, cfg)
         return spec
     name = spec or getattr(cfg, option)
     if name.startswith(PYTHON):

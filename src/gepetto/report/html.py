@@ -453,9 +453,10 @@ def _chart_svg(view: _View) -> str:
 
 
 def _progress_section(view: _View) -> str:
+    demo = "teal demonstration, " if any(c.get("origin") == "demo" for c in view.cands) else ""
     return ('<section class="card" id="progress"><h2>Best validation score over rollouts</h2>'
             '<div class="sub">Line: best mean validation score so far. Dots: each candidate when it was added '
-            '(grey seed, blue reflection, purple merge, gold best); click one to inspect it.</div>'
+            f'(grey seed, blue reflection, {demo}purple merge, gold best); click one to inspect it.</div>'
             f'{_chart_svg(view)}</section>')
 
 
