@@ -86,7 +86,7 @@ def test_each_event_kind_keeps_its_short_name():
     kinds = {cls.kind for cls in vars(ev).values()
              if isinstance(cls, type) and issubclass(cls, ev.Event) and cls is not ev.Event}
     assert kinds == {"plan", "phase", "rollout", "reflection", "reflection_error", "proposal", "merge", "candidate",
-                     "lm_unavailable", "iteration", "done"}
+                     "lm_unavailable", "iteration", "done", "cut"}
 
 
 def test_secrets_are_redacted_before_a_callback_sees_them(monkeypatch):
@@ -210,7 +210,7 @@ def test_outcome_labels_are_the_labels_shown_before():
         "accepted", "rejected: not better on minibatch", "rejected: already tried", "rejected: truncated",
         "rejected: empty", "rejected: unchanged", "rejected: chat reply", "rejected: copies our prompt markers",
         "rejected: echoes the examples", "rejected: misses the right answer", "rejected: over the length budget",
-        "reflection error",
+        "rejected: raced out in validation", "reflection error",
         "skipped: parent perfect on minibatch",
         "skipped: no open mistake in the known training rollouts", "merge accepted", "merge rejected"}
     assert str(Outcome.TRUNCATED) == "rejected: truncated" and Outcome.TRUNCATED.reason == "truncated"

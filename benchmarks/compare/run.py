@@ -34,6 +34,7 @@ from benchmarks.compare.measure import (  # noqa: E402
     paired,
     plot_curves,
     plot_mean_curves,
+    rollouts_to_fraction,
     run_gepetto,
     run_row,
     save_json,
@@ -54,6 +55,7 @@ GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     "gepetto-edit": {"proposer": "edit"},  # one-rule edits (issue 10) instead of whole-text rewrites
     "gepetto-fewshot": {"fewshot": 4},  # few-shot demonstrations beside the rewrites (engine/demos.py)
     "gepetto-edit-fewshot": {"proposer": "edit", "fewshot": 4},
+    "gepetto-racing": {"racing": True},  # racing validation (engine/racing.py): cut children proved out early
 }
 ALL_SYSTEMS = (*SYSTEMS, *GEPETTO_VARIANTS)
 
@@ -71,6 +73,22 @@ def run_system(system: str, task: Task, task_lm: LM, reflection_lm: LM, *, budge
         return run_gepa(task, task_lm, reflection_lm, budget=budget, seed=seed, system=system,
                         use_merge=system == "gepa+merge", test_lm=test_lm, **(gepa_options or {}))
     raise ValueError(f"unknown system {system!r}; systems: {', '.join(ALL_SYSTEMS)}")
+
+
+def variant_rows(records: Sequence[RunRecord], base: str, other: str) -> list[str]:
+    """gepetto against one of its variants, seed by seed: validation and test score, rollouts used, rollouts
+    spent when the best validation score first reached its final value, and validations raced out."""
+    by = {(r.system, r.seed): r for r in records}
+    seeds = sorted({r.seed for r in records if (base, r.seed) in by and (other, r.seed) in by})
+    rows = [f"Paired by seed, {base} / {other}:", "",
+            "| seed | validation | test | rollouts used | rollouts to final validation score | raced out |",
+            "|---:|---|---|---|---|---:|"]
+    for s in seeds:
+        a, b = by[(base, s)], by[(other, s)]
+        rows.append(f"| {s} | {a.best_val:.3f} / {b.best_val:.3f} | {a.test_score:.3f} / {b.test_score:.3f} | "
+                    f"{a.rollouts_counted} / {b.rollouts_counted} | {rollouts_to_fraction(a.curve, 1.0)} / "
+                    f"{rollouts_to_fraction(b.curve, 1.0)} | {b.proposals.get('raced_out', 0)} |")
+    return rows
 
 
 def header(title: str, argv: Sequence[str]) -> list[str]:
@@ -135,6 +153,8 @@ def sim_track(args: argparse.Namespace, argv: Sequence[str]) -> None:
                 win, loss, tie = paired(records, "gepetto", other, key)
                 lines.append(f"- {label}, paired by seed, gepetto vs {other}: gepetto higher in {win}, {other} "
                              f"higher in {loss}, tied in {tie}.")
+            if other in GEPETTO_VARIANTS:
+                lines += ["", *variant_rows(records, "gepetto", other)]
         lines += ["", "<details><summary>Every run</summary>", "",
                   RUN_HEADER, RUN_RULE, *(run_row(r) for r in records), "", "</details>", ""]
     png, mean_png = RESULTS / f"{args.name}.png", RESULTS / f"{args.name}_mean.png"

@@ -140,6 +140,11 @@ class EngineConfig(_Options):
                          "at least as high (non_decreasing) as its parent.", SEARCH, choices=STRATEGIES["accept"])
     proposals_per_round: int = _field(1, "Proposals tried at once (faster against slow parallel LM APIs).",
                                       SEARCH, ge=1)
+    # racing validation (engine/racing.py): an accepted child runs the validation set in chunks and stops as soon
+    # as it provably cannot enter the Pareto front nor become the best (exact: same front and best as a full pass)
+    racing: bool = _field(False, "Validate an accepted child in chunks and stop once it provably can neither "
+                          "enter the Pareto front nor become the best (exact; saves validation rollouts).", SEARCH)
+    racing_chunk: int = _field(5, "With racing: validation examples run between two checks.", SEARCH, ge=1)
     components: tuple[str, ...] | None = _field(
         None, "Components to evolve (YAML list); default: all of the seed's.", SEARCH)
     # component -> what kind of text it is ("a Python regular expression that ..."). A described component is an

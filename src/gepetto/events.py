@@ -126,6 +126,9 @@ class Outcome(str, Enum):
     ECHO = "rejected: echoes the examples"
     MISSES_ANSWER = "rejected: misses the right answer"  # an edit rule that does not name the expected answer
     OVER_LENGTH = "rejected: over the length budget"  # longer than EngineConfig.max_component_chars
+    # a child (of a reflection or a merge) that passed its test, whose validation racing cut short: it could
+    # neither enter the Pareto front nor become the best (EngineConfig.racing); counted instead of accepted
+    RACED_OUT = "rejected: raced out in validation"
     REFLECTION_ERROR = "reflection error"  # the reflection LM raised
     PARENT_PERFECT = "skipped: parent perfect on minibatch"
     NO_OPEN_MISTAKE = "skipped: no open mistake in the known training rollouts"  # edit proposer
@@ -273,6 +276,20 @@ class CandidateAdded(Event):
 
 
 @dataclass(frozen=True)
+class ValidationCut(Event):
+    """Racing (EngineConfig.racing) stopped a child's validation early: whatever it scores on the examples left,
+    front member `dominated_by` (a candidate index) dominates it, so it can neither enter the Pareto front nor
+    become the best. It is not added to the pool (`Result.raced_out` keeps it with the scores paid for)."""
+
+    kind: ClassVar[str] = "cut"
+    record: CandidateRecord  # index -1; val_scores: the validation examples run so far
+    evaluated: int
+    total: int  # validation examples in all
+    dominated_by: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class LMFailed(Event):
     """An LM call gave no answer (after the backend's own retries): it is made again after `retry_in` seconds,
     or, when `retry_in` is None, the run stops (StopReason.LM_UNAVAILABLE), keeping everything paid."""
@@ -323,5 +340,5 @@ def as_callbacks(callbacks: Callbacks) -> list[Callback]:
 __all__ = [
     "Callback", "CandidateAdded", "Event", "IterationEnded", "LMFailed", "MergeTested", "Outcome", "PhaseStarted",
     "PlanMade", "ProposalTested", "ReflectionAnswered", "ReflectionFailed", "RolloutFinished", "RunEnded", "Stop",
-    "StopReason", "as_callbacks",
+    "StopReason", "ValidationCut", "as_callbacks",
 ]

@@ -76,6 +76,10 @@ class ProgressDisplay:
                 self._print(_data(f"candidate {rec.index} ({how}, parents {list(rec.parents)}): validation "
                                   f"{rec.mean:.3f}"))
                 self._update(best=f"{best:.3f}", front=len(front))
+            case ev.ValidationCut(record=rec, evaluated=k, total=n, dominated_by=by):
+                how = rec.origin if rec.component is None else f"{rec.origin} of {rec.component!r}"
+                self._print((_data(f"child ({how}, parents {list(rec.parents)}) raced out after {k}/{n} validation "
+                                   f"examples: candidate {by} dominates it"), "dim"))
             case ev.LMFailed(error=error, in_a_row=n, retry_in=pause):
                 # always shown: the user must see that the endpoint is failing, and what happens next
                 then = f"retrying in {pause:g}s" if pause is not None else "stopping the run (resumable)"

@@ -261,6 +261,10 @@ def open_run(
                 store.put_candidate(name, rec)
             case ev.RolloutFinished() | ev.ReflectionAnswered() | ev.ReflectionFailed() | ev.LMFailed():
                 store.save_ledger(name, ledger.to_dict())  # a kill loses no cost already incurred
+            case ev.ValidationCut(record=rec):  # not in the pool: kept as an event (snapshot, report)
+                store.add_event(name, event.kind, {"session": session, **rec.to_dict(), "evaluated": event.evaluated,
+                                                   "total": event.total, "dominated_by": event.dominated_by,
+                                                   "reason": event.reason})
             case ev.ProposalTested() | ev.MergeTested():
                 data = {k: v for k, v in event.to_dict().items() if v is not None}
                 store.add_event(name, event.kind, {"session": session, **data})

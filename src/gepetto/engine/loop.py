@@ -18,9 +18,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
+
 from gepetto import events as ev
 from gepetto.config import ConfigError, EngineConfig
-from gepetto.engine import stopping
+from gepetto.engine import racing, stopping
 from gepetto.engine.executors import Executor, make_executor
 from gepetto.engine.merge import find_merge
 from gepetto.engine.pareto import best_index
@@ -65,6 +67,9 @@ class Result:
     # candidates whose validation a stop interrupted: scores on the examples paid so far (index -1). They are
     # not in the pool and never chosen as best on partial scores; a resumed run replays their rollouts for free
     partial_candidates: list[CandidateRecord] = field(default_factory=list)
+    # children whose validation racing cut short (EngineConfig.racing), with the validation scores paid for
+    # (index -1): provably never on the front nor the best, so not in the pool
+    raced_out: list[CandidateRecord] = field(default_factory=list)
 
     @property
     def best_index(self) -> int:
@@ -78,6 +83,7 @@ class Result:
             f"{self.rollouts_used}/{self.budget} rollouts; {self.iterations} iterations; "
             f"{t.calls} LM calls, {t.input_tokens}+{t.output_tokens} tokens; {self.wall_seconds:.1f}s; "
             f"stopped: {self.stop_message}"
+            + (f"; {len(self.raced_out)} validations raced out" if self.raced_out else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,6 +95,7 @@ class Result:
             "iterations": self.iterations, "proposals": {str(k): v for k, v in self.proposals.items()},
             "history": self.history, "wall_seconds": self.wall_seconds,
             "partial_candidates": [c.to_dict() for c in self.partial_candidates],
+            "raced_out": [c.to_dict() for c in self.raced_out],
         }
 
 
@@ -168,6 +175,7 @@ class Engine:
         self._sem: asyncio.Semaphore | None = None
         self._tried: set[str] = set()  # ids of every child ever proposed (never pay twice for one text)
         self._validating: dict[str, CandidateRecord] = {}  # validations begun and not yet committed
+        self._raced_out: list[CandidateRecord] = []  # children whose validation racing cut (Result.raced_out)
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
         self._since_improvement = 0
@@ -276,7 +284,7 @@ class Engine:
             reserved += plan.cost
             plans.append(plan)
 
-        async def in_turn(plan: _Plan, turn: _Turn) -> tuple[Candidate, dict[str, float], str] | None:
+        async def in_turn(plan: _Plan, turn: _Turn) -> tuple[Candidate, dict[str, float] | None, str] | None:
             try:
                 return await self._try_proposal(plan, turn)
             finally:
@@ -294,11 +302,13 @@ class Engine:
                 outcome = self._outcome(task, plan.iteration)
                 if outcome is not None:
                     child, scores, origin = outcome
-                    self._commit(child, (plan.parent_idx,), origin, plan.component, scores, plan.iteration)
+                    if scores is not None:  # (None: raced out; it still asks for a merge, as it would have)
+                        self._commit(child, (plan.parent_idx,), origin, plan.component, scores, plan.iteration)
                     if cfg.use_merge:
                         st.merges_due += 1
 
-    def _outcome(self, task: asyncio.Future, iteration: int) -> tuple[Candidate, dict[str, float], str] | None:
+    def _outcome(self, task: asyncio.Future, iteration: int
+                 ) -> tuple[Candidate, dict[str, float] | None, str] | None:
         """What a try gave: its result, or, when a stop cut it short after its last validation rollout, the
         child and its scores from the state."""
         if task.done() and not task.cancelled() and task.exception() is None:
@@ -309,8 +319,9 @@ class Engine:
         return (rec.candidate, scores, rec.origin) if rec is not None and len(scores) == len(self.valset) else None
 
     async def _try_proposal(self, plan: _Plan, turn: _Turn | None = None
-                            ) -> tuple[Candidate, dict[str, float], str] | None:
-        """Minibatch, proposal, the child's test and, if it passes, validation: the child's scores or None."""
+                            ) -> tuple[Candidate, dict[str, float] | None, str] | None:
+        """Minibatch, proposal, the child's test and, if it passes, validation: the child, its scores (None when
+        racing cut its validation) and its origin, or None."""
         st = self.state
         parent = st.records[plan.parent_idx].candidate
         self._emit(ev.PhaseStarted("minibatch", candidate=plan.parent_idx, component=plan.component))
@@ -345,7 +356,8 @@ class Engine:
             return None
         st.proposals[Outcome.ACCEPTED] += 1
         origin = proposal.origin or "reflection"
-        return child, await self._validate(child, (plan.parent_idx,), origin, plan.component, plan.iteration), origin
+        return child, await self._validate_child(child, (plan.parent_idx,), origin, plan.component,
+                                                 plan.iteration), origin
 
     def _count(self, outcome: Outcome) -> None:
         self.state.proposals[outcome] += 1
@@ -366,7 +378,8 @@ class Engine:
         st.merges_due -= 1
         means = st.means
         found = find_merge(st.archive.front, [r.candidate for r in st.records],
-                           [r.parents for r in st.records], means, st.merge_tried, rng)
+                           [r.parents for r in st.records], means, st.merge_tried, rng,
+                           also_known=[r.candidate.id for r in self._raced_out])
         if found is None:
             return
         i, j, child = found
@@ -389,8 +402,9 @@ class Engine:
         self._emit(ev.MergeTested((i, j), got, bar, accepted))
         st.proposals[Outcome.MERGE_ACCEPTED if accepted else Outcome.MERGE_REJECTED] += 1
         if accepted:
-            self._commit(child, (i, j), "merge", None, await self._validate(child, (i, j), "merge", None, st.iteration),
-                         st.iteration)
+            scores = await self._validate_child(child, (i, j), "merge", None, st.iteration)
+            if scores is not None:
+                self._commit(child, (i, j), "merge", None, scores, st.iteration)
 
     async def _reflect(self, messages: list[Message], params: dict[str, Any]) -> Completion | None:
         """One reflection call; a flaky reflection LM costs an attempt (None), not the run."""
@@ -482,13 +496,63 @@ class Engine:
     async def _validate(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
                         iteration: int) -> dict[str, float]:
         """Scores on the whole validation set (its cost was set aside when the step was planned)."""
-        self._emit(ev.PhaseStarted("validation", origin=origin))
-        # until committed, a stop leaves it a partial candidate (see `_partial_candidates`)
-        self._validating[candidate.id] = CandidateRecord(-1, candidate, parents, origin, iteration, component, {}, 0)
+        self._begin_validation(candidate, parents, origin, component, iteration)
         runs = await self._evaluate(candidate, self.valset)
         if origin == "seed":
             check_metric(runs)  # a metric that cannot score anything stops the run before it burns the budget
         return {r.example_id: r.score.value for r in runs}
+
+    def _begin_validation(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
+                          iteration: int) -> None:
+        self._emit(ev.PhaseStarted("validation", origin=origin))
+        # until committed, a stop leaves it a partial candidate (see `_partial_candidates`)
+        self._validating[candidate.id] = CandidateRecord(-1, candidate, parents, origin, iteration, component, {}, 0)
+
+    async def _validate_child(self, child: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
+                              iteration: int) -> dict[str, float] | None:
+        """A child's validation scores: the whole set, or with racing, None when it was raced out."""
+        if not self.config.racing:
+            return await self._validate(child, parents, origin, component, iteration)
+        self._begin_validation(child, parents, origin, component, iteration)
+        st, chunk = self.state, self.config.racing_chunk
+        ids, by_id = st.val_ids, {e.id: e for e in self.valset}
+        front = st.archive.front_scores.copy()  # the front cannot change before the child is committed
+        parent_row = np.mean([st.archive.scores[p] for p in parents], axis=0)
+        free = {e for e in ids if (child.id, e) in st.rollouts}  # known in this run's path (a resume replays it)
+        rng = random.Random(f"{self.config.seed}:{iteration}:race:{child.id}")
+        pos = {e: j for j, e in enumerate(ids)}
+        todo = [pos[e] for e in racing.validation_order(ids, front, parent_row.tolist(), free, rng)]
+        got: dict[str, float] = {}
+        batch = todo[: len(free)]
+        while True:
+            got.update((r.example_id, r.score.value)
+                       for r in await self._evaluate(child, [by_id[ids[j]] for j in batch]))
+            done = set(batch)
+            todo = [j for j in todo if j not in done]
+            if not todo:
+                return {e: got[e] for e in ids}
+            run = np.array([e in got for e in ids])
+            scores = np.array([got.get(e, 0.0) for e in ids])
+            verdict = racing.verdict(front, run, scores)
+            if verdict.decision == "cut" and verdict.by is not None:
+                self._raced(self._validating.pop(child.id), got, st.archive.front[verdict.by])
+                return None
+            batch = todo if verdict.decision == "sure" else racing.next_chunk(todo, front, run, scores, chunk)
+
+    def _raced(self, rec: CandidateRecord, scores: dict[str, float], dominator: int) -> None:
+        """Books a child racing cut: kept with its paid scores, counted as raced out instead of accepted."""
+        st = self.state
+        rec = CandidateRecord(-1, rec.candidate, rec.parents, rec.origin, rec.iteration, rec.component,
+                              {e: scores[e] for e in st.val_ids if e in scores}, st.rollouts_used)
+        self._raced_out.append(rec)
+        was = Outcome.MERGE_ACCEPTED if rec.origin == "merge" else Outcome.ACCEPTED
+        st.proposals[was] -= 1
+        if not st.proposals[was]:
+            del st.proposals[was]
+        st.proposals[Outcome.RACED_OUT] += 1
+        n, k = len(st.val_ids), len(rec.val_scores)
+        self._emit(ev.ValidationCut(rec, k, n, dominator, f"candidate {dominator} scores at least as well on the {k} "
+                                    f"examples run and 1.0 on the {n - k} left"))
 
     def _commit(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
                 scores: dict[str, float], iteration: int) -> None:
@@ -539,11 +603,12 @@ class Engine:
         partial = self._partial_candidates()
         if not st.records:  # stopped before the seed was validated
             return Result(self.seed, float("nan"), float("nan"), [], [], st.rollouts_used, st.budget, st.ledger,
-                          stop.reason, stop.message, st.iteration, dict(st.proposals), [], seconds, partial)
+                          stop.reason, stop.message, st.iteration, dict(st.proposals), [], seconds, partial,
+                          list(self._raced_out))
         best = st.best()
         return Result(best.candidate, best.mean, st.records[0].mean, list(st.records), st.archive.front,
                       st.rollouts_used, st.budget, st.ledger, stop.reason, stop.message, st.iteration,
-                      dict(st.proposals), list(st.history), seconds, partial)
+                      dict(st.proposals), list(st.history), seconds, partial, list(self._raced_out))
 
 
 def _check_prices(cfg: EngineConfig, ledger: Ledger, names: Sequence[str]) -> None:

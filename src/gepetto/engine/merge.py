@@ -6,7 +6,7 @@ both sets of lines: rules found on different branches come together."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from gepetto.types import Candidate
 
@@ -68,9 +68,11 @@ def find_merge(
     means: Sequence[float],
     tried: set[tuple[int, int]],
     rng: random.Random,
+    also_known: Collection[str] = (),
 ) -> tuple[int, int, Candidate] | None:
-    """A pair on the front with a common ancestor whose merge is new (not a parent, not in the pool)."""
-    known = {c.id for c in candidates}
+    """A pair on the front with a common ancestor whose merge is new (not a parent, not in the pool, not one of
+    `also_known`: ids of candidates outside the pool, e.g. raced out, that a full validation would have added)."""
+    known = {c.id for c in candidates} | set(also_known)
     pairs = [(i, j) for k, i in enumerate(front) for j in front[k + 1 :] if ((i, j) if i < j else (j, i)) not in tried]
     rng.shuffle(pairs)  # O(front²), like the pair list: which pair comes first depends on the whole shuffle
     # each front member's ancestors, walked once (not once per pair), and in order of preference: the best shared

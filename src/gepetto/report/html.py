@@ -475,13 +475,25 @@ def _proposals_section(view: _View) -> str:
         total = sum(props.values())
         acc, lost = props.get(Outcome.ACCEPTED, 0), props.get(Outcome.NOT_BETTER, 0)
         rate = (f'<p class="muted small">{_int(acc)} of {_int(acc + lost)} proposals tested on a minibatch were '
-                f'accepted.</p>' if acc + lost else "")
+                f'accepted.</p>' if acc + lost else "") + _racing_note(view)
         body = (f'<div class="table-wrap"><table class="data"><thead><tr><th>outcome</th><th>count</th><th></th>'
                 f'</tr></thead>'
                 f'<tbody>{"".join(rows)}</tbody><tfoot><tr class="total"><td>total</td><td>{_int(total)}</td>'
                 f'<td></td></tr></tfoot></table></div>{rate}')
     return f'<section class="card" id="proposals"><h2>Proposals</h2><div class="sub">What became of each ' \
            f'reflection and merge attempt.</div>{body}</section>'
+
+
+def _racing_note(view: _View) -> str:
+    """With racing (EngineConfig.racing): how many validations it cut short and the rollouts that saved."""
+    raced = [r for r in view.result.get("raced_out") or [] if isinstance(r, Mapping)]
+    n = len(view.val_ids)
+    if not raced or not n:
+        return ""
+    paid = sum(len(r.get("val_scores") or {}) for r in raced)
+    return (f'<p class="muted small">Racing cut {_int(len(raced))} validations short (the child could neither enter '
+            f'the front nor become the best; counted as raced out, not accepted): {_int(paid)} of '
+            f'{_int(len(raced) * n)} validation rollouts run, {_int(len(raced) * n - paid)} saved.</p>')
 
 
 def _front_section(view: _View) -> str:

@@ -59,8 +59,18 @@ def _partial_result(store: RunStore, name: str, cands: list[dict], config: dict)
         "rollouts_used": store.count_rollouts(name), "budget": config.get("budget"), "ledger": store.ledger(name),
         "stop_reason": None, "stop_message": "(unfinished)",
         "iterations": max((c["iteration"] for c in cands), default=0), "proposals": {}, "history": history,
-        "wall_seconds": None,
+        "wall_seconds": None, "raced_out": _raced_out(store, name),
     }
+
+
+def _raced_out(store: RunStore, name: str) -> list[dict[str, Any]]:
+    """The children racing cut short (EngineConfig.racing), from the event log: each once (a resumed session
+    replays the cut and logs it again), in the order first logged."""
+    seen: dict[str, dict[str, Any]] = {}
+    for e in store.events(name, "cut"):
+        data = {k: v for k, v in e["data"].items() if k != "session"}
+        seen.setdefault(data.get("id", ""), data)
+    return list(seen.values())
 
 
 def _samples(store: RunStore, name: str, result: dict[str, Any], n: int) -> list[dict[str, Any]]:
