@@ -1,5 +1,6 @@
 """Kill-and-resume: a run SIGKILLed at random points and resumed ends exactly like an uninterrupted run."""
 
+import json
 import random
 import subprocess
 import sys
@@ -16,8 +17,9 @@ from gepetto.testing import sim
 SCRIPT = Path(__file__).parent / "helpers" / "kill_run.py"
 
 
-def _run(storage, name, kill_after, per_round=1):
-    return subprocess.run([sys.executable, str(SCRIPT), str(storage), name, str(kill_after), str(per_round)],
+def _run(storage, name, kill_after, per_round=1, options=None):
+    extra = [json.dumps(options)] if options else []
+    return subprocess.run([sys.executable, str(SCRIPT), str(storage), name, str(kill_after), str(per_round), *extra],
                           capture_output=True, text=True, timeout=300)
 
 
@@ -85,6 +87,30 @@ def test_killed_in_every_phase_with_several_proposals_per_round_resumes_exactly(
 @pytest.mark.slow
 def test_killed_in_every_phase_with_one_proposal_per_round_resumes_exactly(tmp_path):
     _killed_everywhere(tmp_path, per_round=1)
+
+
+# racing (EngineConfig.racing): SIGKILLs in the middle of races (a few rollouts into a validation, right after a
+# cut was logged, inside a merge child's validation)
+RACING = {"racing": True, "racing_chunk": 1}
+RACING_KILLS = ["validation/reflection:2:2", "cut:1:0", "validation/merge:1:1", "validation/reflection:6:3",
+                "cut:2:0"]
+
+
+def test_killed_in_the_middle_of_races_resumes_exactly(tmp_path):
+    whole = _run(tmp_path / "whole.sqlite", "r", "never", 3, RACING)
+    assert whole.returncode == 0, whole.stderr
+    expected, snap = _final(tmp_path / "whole.sqlite", "r")
+    raced = snap["result"]["raced_out"]
+    assert len(raced) >= 2 and {c["origin"] for c in raced} == {"reflection", "merge"}
+    storage = tmp_path / "killed.sqlite"
+    for when in RACING_KILLS:
+        killed = _run(storage, "r", when, 3, RACING)
+        assert killed.returncode == -9, (when, killed.stdout, killed.stderr)
+    final = _run(storage, "r", "never", 3, RACING)
+    assert final.returncode == 0, final.stderr
+    got, snap = _final(storage, "r")
+    assert got == expected and snap["result"]["raced_out"] == raced
+    assert snap["result"]["rollouts_used"] == RunStore(storage).count_rollouts("r")  # nothing paid twice
 
 
 def test_sigterm_stops_gracefully_and_the_run_resumes_exactly(tmp_path):

@@ -333,7 +333,8 @@ def _stored(storage, stop=None, **options):
                             {"proposer": "edit", "accept": "non_decreasing"},
                             # (demonstrations do not help the simulated task LM: accepted only when not worse)
                             {"proposer": "edit", "fewshot": 3, "accept": "non_decreasing"},
-                            {"fewshot": 2, "fewshot_share": 0.7, "accept": "non_decreasing"}])
+                            {"fewshot": 2, "fewshot_share": 0.7, "accept": "non_decreasing"},
+                            {"racing": True, "racing_chunk": 1, "proposals_per_round": 3}])
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, options):
     whole = _stored(tmp_path / "whole.sqlite", **options)
     assert len(whole.candidates) > 2 and any(len(c.parents) == 2 for c in whole.candidates)  # merges too
