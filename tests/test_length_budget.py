@@ -47,3 +47,18 @@ def test_an_edit_rule_that_overflows_the_budget_costs_a_retry():
     assert "keep the rule under" in reflection.calls[0][0][-1]["content"]
     assert all(len(c.candidate["instruction"]) <= 120 for c in res.candidates)
     assert len(res.candidates) >= 2  # the short rule was tried and accepted
+
+
+def test_an_over_long_proposal_costs_no_rollout():
+    from gepetto.events import ProposalTested, RolloutFinished
+
+    events = []
+    reflection = ScriptedLM(lambda m, p: f"<new_instruction>{LONG}</new_instruction>")  # always too long
+    engine = _engine(reflection, max_component_chars=200, reflection_attempts=3, max_idle_iterations=3)
+    engine.callbacks.append(events.append)
+    res = asyncio.run(engine.run())
+    assert res.proposals[Outcome.OVER_LENGTH] == len(reflection.calls) >= 3
+    assert not any(isinstance(e, ProposalTested) for e in events)  # no child was ever run
+    paid = [e for e in events if isinstance(e, RolloutFinished)]
+    assert all(e.candidate == res.candidates[0].candidate.id for e in paid)  # only the seed's rollouts
+    assert len(res.candidates) == 1
