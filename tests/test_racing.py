@@ -271,6 +271,8 @@ def test_the_snapshot_report_and_progress_show_raced_out_children(tmp_path):
     assert [e["data"]["id"] for e in cuts] == [c.candidate.id for c in result.raced_out]
     assert all(e["data"]["evaluated"] < e["data"]["total"] for e in cuts)
     snap = run_snapshot(store, "r")
+    shown = CliRunner().invoke(app, ["show", "r", "--storage", str(tmp_path / "s.sqlite")])
+    assert shown.exit_code == 0 and f"racing: {len(result.raced_out)} validations cut short" in shown.output
     html = render_report(snap)
     assert "Racing cut" in html and f"{len(result.raced_out)} validations short" in html
     assert "raced out in validation" in html

@@ -280,6 +280,12 @@ def show(run: str, storage: str = StorageOpt) -> None:
         return
     console.print(f"validation: seed {res['seed_score']:.3f} -> best {res['best_score']:.3f}; "
                   f"{res['rollouts_used']}/{res['budget']} rollouts; stopped: {_t(res['stop_message'])}")
+    raced = res.get("raced_out") or []
+    if raced:  # racing (EngineConfig.racing)
+        n = len(res["candidates"][0]["val_scores"]) if res["candidates"] else 0
+        paid = sum(len(c.get("val_scores") or {}) for c in raced)
+        console.print(f"racing: {len(raced)} validations cut short, {len(raced) * n - paid} validation rollouts "
+                      "saved")
     for component, text in res["best_candidate"].items():
         console.print(Panel(Text(redact(text)), title=f"best: {_t(component)}", expand=False))
     front = Table("candidate", "origin", "parents", "validation", title="Pareto front")
