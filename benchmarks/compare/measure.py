@@ -192,6 +192,7 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
     proposals["rejected_before_rollouts"] = sum(v for k, v in p.items() if k.group == "rejected"
                                                 and k not in (Outcome.NOT_BETTER, Outcome.RACED_OUT))
     proposals["raced_out"] = p.get(Outcome.RACED_OUT, 0)  # racing: validations cut short (counted apart)
+    proposals["racing_saved"] = sum(len(task.valset) - len(c.val_scores) for c in result.raced_out)
     test = test_score(task, result.best_candidate, test_lm or task_lm)
     return RunRecord(system, task.name, seed, budget, test, result.best_score, result.seed_score,
                      result.rollouts_used, counted, wall, t_snap[0], t_snap[1:], r_snap[0], r_snap[1:],

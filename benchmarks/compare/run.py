@@ -81,13 +81,14 @@ def variant_rows(records: Sequence[RunRecord], base: str, other: str) -> list[st
     by = {(r.system, r.seed): r for r in records}
     seeds = sorted({r.seed for r in records if (base, r.seed) in by and (other, r.seed) in by})
     rows = [f"Paired by seed, {base} / {other}:", "",
-            "| seed | validation | test | rollouts used | rollouts to final validation score | raced out |",
-            "|---:|---|---|---|---|---:|"]
+            "| seed | validation | test | rollouts used | rollouts to final validation score | raced out | validation "
+            "rollouts saved |", "|---:|---|---|---|---|---:|---:|"]
     for s in seeds:
         a, b = by[(base, s)], by[(other, s)]
         rows.append(f"| {s} | {a.best_val:.3f} / {b.best_val:.3f} | {a.test_score:.3f} / {b.test_score:.3f} | "
                     f"{a.rollouts_counted} / {b.rollouts_counted} | {rollouts_to_fraction(a.curve, 1.0)} / "
-                    f"{rollouts_to_fraction(b.curve, 1.0)} | {b.proposals.get('raced_out', 0)} |")
+                    f"{rollouts_to_fraction(b.curve, 1.0)} | {b.proposals.get('raced_out', 0)} | "
+                    f"{b.proposals.get('racing_saved', 0)} |")
     return rows
 
 
