@@ -551,8 +551,8 @@ class Engine:
             del st.proposals[was]
         st.proposals[Outcome.RACED_OUT] += 1
         n, k = len(st.val_ids), len(rec.val_scores)
-        self._emit(ev.ValidationCut(rec, k, n, dominator, f"candidate {dominator} scores at least as well on the {k} "
-                                    f"examples run and 1.0 on the {n - k} left"))
+        self._emit(ev.ValidationCut(rec, k, n, dominator, f"candidate {dominator} is at least as good on the {k} "
+                                    f"examples run (better on one) and scores 1.0 on the {n - k} left"))
 
     def _commit(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
                 scores: dict[str, float], iteration: int) -> None:
