@@ -331,7 +331,8 @@ def _stored(storage, stop=None, **options):
 @pytest.mark.parametrize("options", [{"parent_selector": name, "epsilon": 0.3} for name in PARENT_SELECTORS]
                          + [{"parent_selector": "epsilon-greedy", "epsilon": 0.5, "component_selector": "all"},
                             {"proposer": "edit", "accept": "non_decreasing"},
-                            {"proposer": "edit", "fewshot": 3}, {"fewshot": 2, "fewshot_share": 0.7}])
+                            {"proposer": "edit", "fewshot": 3}, {"fewshot": 2, "fewshot_share": 0.7},
+                            {"adaptive_merge": True}])
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, options):
     whole = _stored(tmp_path / "whole.sqlite", **options)
     assert len(whole.candidates) > 2

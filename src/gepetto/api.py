@@ -200,6 +200,7 @@ def build_engine(
     fewshot_share: float | None = None,
     use_merge: bool | None = None,
     max_merges: int | None = None,
+    adaptive_merge: bool | None = None,
     prices: Mapping[str, tuple[float, float]] | None = None,
     stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
 ) -> Engine:
@@ -323,6 +324,7 @@ async def optimize_async(
     fewshot_share: float | None = None,
     use_merge: bool | None = None,
     max_merges: int | None = None,
+    adaptive_merge: bool | None = None,
     prices: Mapping[str, tuple[float, float]] | None = None,
     stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
 ) -> Result:
@@ -395,6 +397,7 @@ def optimize(
     fewshot_share: float | None = None,
     use_merge: bool | None = None,
     max_merges: int | None = None,
+    adaptive_merge: bool | None = None,
     prices: Mapping[str, tuple[float, float]] | None = None,
     stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
 ) -> Result:

@@ -174,6 +174,11 @@ class EngineConfig(_Options):
                                   ge=0, le=1)
     use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)
     max_merges: int = _field(5, "Merges at most.", MERGE, ge=0)
+    # how often a due merge is tried, learnt from this run's merges (engine/merge.py `merge_chance`); an iteration
+    # whose merge is skipped, or finds no pair to merge, makes a proposal instead of passing idle
+    adaptive_merge: bool = _field(False, "Try a due merge with probability (merges accepted + 2) / (merges tried + "
+                                  "2), learnt as the run goes; a skipped merge, or one with no pair to merge, "
+                                  "makes room for a proposal in the same iteration.", MERGE)
     # price table: LM name -> [dollars per million input tokens, per million output tokens]
     prices: dict[str, tuple[float, float]] = _field(
         {}, "Prices per million tokens (YAML mapping LM name: [input, output]), for the cost ledger.", RUN)

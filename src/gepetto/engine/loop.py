@@ -22,7 +22,7 @@ from gepetto import events as ev
 from gepetto.config import ConfigError, EngineConfig
 from gepetto.engine import stopping
 from gepetto.engine.executors import Executor, make_executor
-from gepetto.engine.merge import find_merge
+from gepetto.engine.merge import find_merge, merge_chance
 from gepetto.engine.pareto import best_index
 from gepetto.engine.proposers import ProposalRequest, as_proposal, over_length
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
@@ -359,21 +359,32 @@ class Engine:
         return fresh
 
     async def _merge_step(self) -> None:
+        """A due merge; with adaptive_merge, a reflective round in the same iteration when no merge was tested
+        (skipped by the draw, or no pair to merge), so no iteration passes without work."""
+        if not await self._try_merge() and self.config.adaptive_merge:
+            await self._reflective_round()
+
+    async def _try_merge(self) -> bool:
+        """Find, test and (if it passes) validate a merge; False when no merge was tested."""
         cfg, st = self.config, self.state
         rng = self._rng()
         st.merges_due -= 1
+        if cfg.adaptive_merge:  # tried with a probability learnt from this run's merges (engine/merge.py)
+            tried = st.proposals[Outcome.MERGE_ACCEPTED] + st.proposals[Outcome.MERGE_REJECTED]
+            if rng.random() >= merge_chance(st.proposals[Outcome.MERGE_ACCEPTED], tried):
+                return False
         means = st.means
         found = find_merge(st.archive.front, [r.candidate for r in st.records],
                            [r.parents for r in st.records], means, st.merge_tried, rng)
         if found is None:
-            return
+            return False
         i, j, child = found
         if child.id in self._tried:
-            return
+            return False
         self._tried.add(child.id)
         if over_length(cfg, child):  # two branches' rules together may not fit the length budget
             st.proposals[Outcome.OVER_LENGTH] += 1
-            return
+            return False
         self._afford(len(self.valset), "next merge")
         st.merges_done += 1
         si, sj = st.records[i].val_scores, st.records[j].val_scores
@@ -389,6 +400,7 @@ class Engine:
         if accepted:
             self._commit(child, (i, j), "merge", None, await self._validate(child, (i, j), "merge", None, st.iteration),
                          st.iteration)
+        return True
 
     async def _reflect(self, messages: list[Message], params: dict[str, Any]) -> Completion | None:
         """One reflection call; a flaky reflection LM costs an attempt (None), not the run."""
