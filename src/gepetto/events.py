@@ -248,6 +248,7 @@ class ProposalTested(Event):
     accepted: bool
     rule: str | None = None  # edit proposer: the rule appended, and the failure pattern it targets
     pattern: str | None = None
+    retested: int | None = None  # fresh examples a re-test added (accept "paired"; None: none), in the sums above
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from gepetto.engine.merge import find_merge, merge_chance
 from gepetto.engine.pareto import best_index
 from gepetto.engine.proposers import ProposalRequest, as_proposal, over_length
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
-from gepetto.engine.strategies import Strategies
+from gepetto.engine.strategies import Strategies, retest_examples
 from gepetto.events import Outcome, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
@@ -161,8 +161,9 @@ class Engine:
         self.executor: Executor = make_executor(cfg.executor, cfg)
         self.strategies = Strategies.resolve(cfg, strategies)
         self.stop_conditions = [*stopping.from_config(cfg, len(self.trainset)), *stopping.as_conditions(stop)]
-        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size,
-                                            getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size)
+        child_test = getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size
+        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size, child_test,
+                                            2 * child_test * getattr(self.strategies.accept, "retests", 0))
         self._stop: Stop | None = None
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -254,7 +255,8 @@ class Engine:
             # a proposer that may pick its own test examples (few-shot's) says how many at most
             test = max(len(batch), getattr(s.proposer, "test_size", None) or 0)
         unknown = sum(st.known(parent, e.id) is None for e in batch)
-        return _Plan(st.iteration, parent_idx, components, batch, test, unknown + test + len(self.valset))
+        retests = 2 * test * getattr(s.accept, "retests", 0)  # an acceptance that may test again (parent and child)
+        return _Plan(st.iteration, parent_idx, components, batch, test, unknown + test + retests + len(self.valset))
 
     async def _reflective_round(self) -> None:
         """Plan up to `proposals_per_round` proposals, try them concurrently, add the accepted ones in order.
@@ -333,10 +335,10 @@ class Engine:
             raise ValueError(f"the proposer's test needs {cost} rollouts, more than the {plan.test} set aside")
         before = [r.score.value for r in (parent_runs if test is plan.batch else await self._evaluate(parent, test))]
         after = [r.score.value for r in await self._evaluate(child, test)]
-        accepted = bool(self.strategies.accept(before, after))
+        accepted, retested = await self._accept(plan, parent, child, test, before, after)
         text = "\n\n".join(child[c] for c in proposal.texts)
         self._emit(ev.ProposalTested(plan.parent_idx, plan.component, text, sum(before), sum(after), accepted,
-                                     proposal.rule, proposal.pattern))
+                                     proposal.rule, proposal.pattern, retested or None))
         if proposal.verdict is not None:
             proposal.verdict(child, accepted)
         if not accepted:
@@ -344,6 +346,26 @@ class Engine:
             return None
         st.proposals[Outcome.ACCEPTED] += 1
         return child, await self._validate(child, (plan.parent_idx,), "reflection", plan.component, plan.iteration)
+
+    async def _accept(self, plan: _Plan, parent: Candidate, child: Candidate, test: list[Example],
+                      before: list[float], after: list[float]) -> tuple[bool, int]:
+        """The acceptance strategy's verdict, and how many fresh examples its re-tests added to `before` and
+        `after` (in place). None asks for a re-test (strategies.Acceptance), within the rollouts set aside."""
+        accept, used = self.strategies.accept, {e.id for e in test}
+        verdict = accept(before, after)
+        for k in range(getattr(accept, "retests", 0)):
+            if verdict is not None:
+                break
+            fresh = retest_examples(self.trainset, used, len(test),
+                                    random.Random(f"{self.config.seed}:{plan.iteration}:retest:{k}"))
+            if not fresh:
+                break
+            used |= {e.id for e in fresh}
+            parent_runs, child_runs = await asyncio.gather(self._evaluate(parent, fresh), self._evaluate(child, fresh))
+            before += [r.score.value for r in parent_runs]
+            after += [r.score.value for r in child_runs]
+            verdict = accept(before, after)
+        return bool(verdict), len(used) - len(test)
 
     def _count(self, outcome: Outcome) -> None:
         self.state.proposals[outcome] += 1
