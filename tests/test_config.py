@@ -61,7 +61,7 @@ def test_keywords_override_the_config_and_unknown_names_are_config_errors():
         gepetto.evaluate(task.seed_candidate, task.valset, task.metric, concurrency=2)
     with pytest.raises(ConfigError, match="budget: Input should be greater than or equal to 1"):
         gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, budget=0, **kw)
-    with pytest.raises(ConfigError, match="accept: Input should be 'strict' or 'non_decreasing'"):
+    with pytest.raises(ConfigError, match="accept: Input should be 'strict', 'non_decreasing' or 'paired'"):
         EngineConfig(accept="sometimes")
 
 

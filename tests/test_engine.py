@@ -2,6 +2,8 @@
 
 import asyncio
 import collections
+import dataclasses
+import itertools
 import random
 
 import numpy as np
@@ -10,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gepetto
-from gepetto.engine.merge import find_merge, merge_texts
-from gepetto.events import Outcome, PlanMade, RolloutFinished, StopReason
+from gepetto.engine.merge import find_merge, merge_chance, merge_texts
+from gepetto.events import IterationEnded, Outcome, PlanMade, RolloutFinished, StopReason
 from gepetto.lm.base import Completion, LMUnavailable, Usage
 from gepetto.program import MetricError
 from gepetto.store.sqlite import RunStore, StoredRollouts
@@ -162,6 +164,49 @@ def test_merge_combines_two_lineages():
             seen.append(m.mean >= max(result.candidates[p].mean for p in m.parents))
     assert seen, "no merge was accepted in 8 seeds"
     assert any(seen), "no merge beat both of its parents"
+
+
+def test_merge_chance_starts_at_one_and_learns_from_the_runs_merges():
+    assert merge_chance(0, 0) == 1.0  # before any merge: every due merge is tried, as without adaptive_merge
+    assert [merge_chance(0, n) for n in (1, 2, 4)] == [2 / 3, 1 / 2, 1 / 3]  # falls as merges are rejected
+    assert merge_chance(1, 1) == merge_chance(3, 3) == 1.0 and merge_chance(2, 4) == 2 / 3
+    with pytest.raises(ValueError):
+        merge_chance(2, 1)
+
+
+async def _clashing(candidate, example, ctx):
+    """Two components that cannot both carry rules: a merge of a lineage that fixed `a` with one that fixed `b`
+    always fails (as does a child changing the other component), so every merge tried is rejected."""
+    if all("rule-" in candidate[c] for c in ("a", "b")):
+        return "clash"
+    return await sim.two_component_program(candidate, example, ctx)
+
+
+def test_adaptive_merge_tries_fewer_merges_when_they_are_rejected():
+    task = dataclasses.replace(sim.task(components=2, kinds=6), program=_clashing)
+    tried = {}
+    for adaptive in (False, True):
+        # two proposals in the first round: the seed's `a` and `b` both improve, two lineages that trade off
+        results = [run(task=task, budget=400, seed=seed, max_merges=50, proposals_per_round=2,
+                       adaptive_merge=adaptive) for seed in range(6)]
+        assert not any(r.proposals.get(Outcome.MERGE_ACCEPTED) for r in results)
+        tried[adaptive] = sum(r.proposals.get(Outcome.MERGE_REJECTED, 0) for r in results)
+    assert tried[False] >= 15  # without it, a merge after nearly every accepted child (23 here)
+    assert tried[True] <= 0.7 * tried[False]  # 13 here: the chance fell to 2/3, 1/2, ... as they failed
+
+
+def test_adaptive_merge_never_spends_an_iteration_without_work():
+    # one component: a merge can never give anything new (find_merge finds no pair), yet merges fall due
+    used = {}
+    for adaptive in (False, True):
+        events = []
+        result = run(reflection=sim.SimReflectionLM(noise=0.3, seed=5), task=sim.task(kinds=6), budget=200, seed=1,
+                     adaptive_merge=adaptive, callbacks=events.append)
+        used[adaptive] = [e.used for e in events if isinstance(e, IterationEnded)]
+        assert result.best_score == 1.0 and not result.proposals.get(Outcome.MERGE_REJECTED)
+    idle = {k: sum(b == a for a, b in itertools.pairwise(v)) for k, v in used.items()}
+    assert idle[False] >= 3  # today: a due merge with no pair is an iteration that pays nothing
+    assert idle[True] == 0 and len(used[True]) == len(used[False]) - idle[False]  # the same work, no idle turn
 
 
 def test_merge_texts_takes_what_changed_per_component():

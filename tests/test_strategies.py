@@ -2,6 +2,7 @@
 own plugged in through gepetto.optimize, and exact resume for every built-in parent selector."""
 
 import asyncio
+import hashlib
 import os
 import random
 import re
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import gepetto
@@ -20,12 +23,13 @@ from gepetto.engine import stopping
 from gepetto.engine.pareto import best_index
 from gepetto.engine.proposers import Proposal, ProposalRequest
 from gepetto.engine.state import CandidateRecord, RunState
-from gepetto.engine.strategies import CurrentBest, EpsilonGreedy, Pareto
-from gepetto.events import CandidateAdded, PhaseStarted, ProposalTested, RolloutFinished, Stop, StopReason
+from gepetto.engine.strategies import CurrentBest, EpsilonGreedy, Paired, Pareto, retest_examples, strict
+from gepetto.events import CandidateAdded, PhaseStarted, PlanMade, ProposalTested, RolloutFinished, Stop, StopReason
+from gepetto.lm.base import Completion, Usage
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore
 from gepetto.testing import ScriptedLM, sim
-from gepetto.types import Candidate
+from gepetto.types import Candidate, Example, Score
 
 KILL = Path(__file__).parent / "helpers" / "kill_run.py"
 PARENT_SELECTORS = ["pareto", "current-best", "epsilon-greedy"]
@@ -149,6 +153,138 @@ def test_acceptance_rules():
     assert len(result.candidates) == 1 and result.proposals["rejected: not better on minibatch"] == len(calls)
     lenient = run(accept="non_decreasing", budget=150, seed=3, use_merge=False)
     assert lenient.best_score >= lenient.seed_score
+
+
+def test_paired_acceptance_decides_on_the_mean_paired_difference_and_asks_again_on_a_tie():
+    exact, tolerant = Paired(), Paired(0.34)
+    assert exact([0, 1, 0], [1, 1, 0]) is True and exact([1, 1, 0], [0, 1, 0]) is False
+    assert exact([0, 1, 0], [1, 0, 0]) is None  # a tie: test again
+    assert tolerant([0, 0, 0], [1, 0, 0]) is None  # one example in three is within the tolerance
+    assert tolerant([0, 0, 0], [1, 1, 0]) is True and tolerant([1, 1, 0], [0, 0, 0]) is False
+    assert tolerant([0, 0, 0, 0, 1, 0], [1, 0, 0, 1, 1, 1]) is True  # pooled: 3 of 6 better, 0.5 > 0.34
+    assert exact.retests == 1 and not hasattr(strict, "retests")
+    trainset = sim.examples(10, 2, "train")
+    fresh = retest_examples(trainset, {"train-0", "train-1"}, 3, random.Random(4))
+    assert len(fresh) == 3 and not {e.id for e in fresh} & {"train-0", "train-1"}
+    assert fresh == retest_examples(trainset, {"train-0", "train-1"}, 3, random.Random(4))  # seeded: replayable
+    assert retest_examples(trainset, {e.id for e in trainset[1:]}, 3, random.Random(4)) == [trainset[0]]
+
+
+class NoisyTaskLM:
+    """A sampled task LM: answers "yes" (right) with probability N/10 when the instruction says "skill N".
+    Each (instruction, question) pair draws from its own seeded RNG, as one sampled call would: the engine
+    never runs a pair twice, and a resumed run meets the same draws."""
+
+    name = "noisy-task"
+
+    def __init__(self, seed=0):
+        self.seed, self.calls = seed, 0
+
+    async def complete(self, messages, **params):
+        self.calls += 1
+        system, user = messages[0]["content"], messages[-1]["content"]
+        skill = int(re.search(r"skill (\d+)", system).group(1))
+        ok = random.Random(f"{self.seed}:{system}:{user}").random() < skill / 10
+        return Completion("yes" if ok else "no", Usage(10, 1))
+
+
+def _yes(example, output, trace):
+    return Score(1.0, "Correct.") if output == "yes" else Score(0.0, "Wrong: the answer is yes.")
+
+
+NOISY_TRAIN = [Example({"q": f"question {i}"}, gold="yes", id=f"train-{i}") for i in range(60)]
+NOISY_VAL = [Example({"q": f"question {i}"}, gold="yes", id=f"val-{i}") for i in range(10)]
+
+
+def noisy_run(seed, skill, child_skill, trainset=NOISY_TRAIN, **options):
+    """Reflection always proposes a new text of skill `child_skill` (its variant named after the prompt, so a
+    resumed run, whose reflection answers are replayed, asks for the same); the seed has `skill`."""
+    def reflect(messages, params):
+        variant = hashlib.sha256(repr((messages, sorted(params.items()))).encode()).hexdigest()[:8]
+        return f"<new_instruction>Say yes. skill {child_skill} (variant {variant})</new_instruction>"
+
+    reflection = ScriptedLM(reflect)
+    events = []
+    result = gepetto.optimize({"instruction": f"Say yes. skill {skill}"}, trainset, _yes, valset=NOISY_VAL,
+                              task_lm=NoisyTaskLM(seed), reflection_lm=reflection, seed=seed,
+                              use_merge=False, callbacks=events.append, **options)
+    return result, [e for e in events if isinstance(e, ProposalTested)], events
+
+
+def test_paired_acceptance_with_a_noisy_task_lm_accepts_better_children_and_fewer_equal_ones():
+    rates = {}
+    for name, options in {"strict": {"accept": "strict"}, "paired": {"accept": "paired", "accept_tolerance": 0.34}
+                          }.items():
+        verdicts = [e.accepted for seed in range(10) for e in noisy_run(seed, 5, 5, budget=400, **options)[1]]
+        rates[name] = sum(verdicts) / len(verdicts)
+        # a truly better child (skill 2 -> 9): its first test passes in nearly every seed
+        better = [noisy_run(seed, 2, 9, budget=60, **options)[1][0].accepted for seed in range(10)]
+        assert sum(better) >= 9
+    # an equal child passes a noisy test often, more than by chance: the minibatch holds the parent's failures
+    assert rates["strict"] > 0.35  # 150 of 376 here (with accept_tolerance 0: 141 of 289)
+    assert rates["paired"] < 0.6 * rates["strict"]  # 65 of 326 here
+
+
+def test_a_tie_is_tested_again_on_fresh_examples_and_every_rollout_is_paid_within_the_budget():
+    result, tested, events = noisy_run(3, 5, 5, budget=300, accept="paired", accept_tolerance=0.34)
+    retested = [t for t in tested if t.retested]
+    assert retested and all(t.retested == 3 for t in retested)  # as many fresh examples as the test had
+    rollouts = [e for e in events if isinstance(e, RolloutFinished)]
+    assert len(rollouts) == result.rollouts_used == result.ledger.roles["task"].calls <= 300
+    assert len({(r.candidate, r.example) for r in rollouts}) == len(rollouts)  # fresh pairs: none paid twice
+    plan = next(e for e in events if isinstance(e, PlanMade)).plan
+    assert plan.retest == 6 and "re-test" in plan.describe()
+    # no fresh example left (the trainset is the minibatch): a tie is a rejection, with no rollout more
+    _, tested, _ = noisy_run(3, 5, 5, trainset=NOISY_TRAIN[:3], budget=100, accept="paired",
+                             accept_tolerance=0.34)
+    assert tested and not any(t.retested for t in tested)
+
+
+@given(budget=st.integers(12, 150), minibatch=st.integers(1, 4), seed=st.integers(0, 3),
+       per_round=st.sampled_from([1, 3]), tolerance=st.sampled_from([0.0, 0.34, 0.5]),
+       proposer=st.sampled_from(["rewrite", "edit"]))
+@settings(max_examples=30, deadline=None)
+def test_paired_acceptance_never_exceeds_the_budget(budget, minibatch, seed, per_round, tolerance, proposer):
+    result, _, _ = noisy_run(seed, 5, 5, trainset=NOISY_TRAIN[:12], budget=budget, minibatch_size=minibatch,
+                             proposals_per_round=per_round, accept="paired", accept_tolerance=tolerance,
+                             proposer=proposer)
+    assert result.rollouts_used <= budget
+    assert result.ledger.roles["task"].calls == result.rollouts_used
+
+
+def test_an_acceptance_of_ones_own_may_ask_for_more_evidence():
+    class AlwaysUnsure:
+        retests = 2
+
+        def __init__(self):
+            self.seen = []
+
+        def __call__(self, before, after):
+            self.seen.append(len(after))
+            return None
+
+    unsure = AlwaysUnsure()
+    _, tested, _ = noisy_run(1, 5, 5, budget=60, minibatch_size=2, accept=unsure)
+    assert unsure.seen[:3] == [2, 4, 6]  # asked again with the scores pooled, twice; then undecided: rejected
+    assert tested and not any(t.accepted for t in tested) and tested[0].retested == 4
+    _, tested, _ = noisy_run(1, 5, 5, budget=60, accept=lambda before, after: None)  # no `retests`: rejected
+    assert tested and not any(t.accepted or t.retested for t in tested)
+
+
+def test_a_stopped_paired_run_with_a_noisy_task_lm_resumes_exactly(tmp_path):
+    def stored(storage, stop=None):
+        return noisy_run(2, 5, 5, budget=250, accept="paired", accept_tolerance=0.34, proposals_per_round=2,
+                         storage=storage, run="r", stop=stop)
+
+    whole, tested, _ = stored(tmp_path / "whole.sqlite")
+    assert any(t.retested for t in tested)
+    storage = tmp_path / "s.sqlite"
+    for k in (4, 9):
+        part, _, _ = stored(storage, stop=lambda s, k=k: f"iteration {k}" if s.iteration >= k else None)
+        assert part.stop_reason is StopReason.CONDITION
+    final, _, _ = stored(storage)
+    assert fingerprint(final) == fingerprint(whole)
+    assert RunStore(storage).count_rollouts("r") == final.rollouts_used  # nothing paid twice
 
 
 # ---- proposers ------------------------------------------------------------------------------------------------
@@ -334,7 +470,9 @@ def _stored(storage, stop=None, **options):
                             # (demonstrations do not help the simulated task LM: accepted only when not worse)
                             {"proposer": "edit", "fewshot": 3, "accept": "non_decreasing"},
                             {"fewshot": 2, "fewshot_share": 0.7, "accept": "non_decreasing"},
-                            {"racing": True, "racing_chunk": 1, "proposals_per_round": 3}])
+                            {"racing": True, "racing_chunk": 1, "proposals_per_round": 3},
+                            {"adaptive_merge": True}, {"accept": "paired", "accept_tolerance": 0.34},
+                            {"accept": "paired", "accept_tolerance": 0.34, "proposals_per_round": 3}])
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, options):
     whole = _stored(tmp_path / "whole.sqlite", **options)
     assert len(whole.candidates) > 2 and any(len(c.parents) == 2 for c in whole.candidates)  # merges too

@@ -134,7 +134,7 @@ def rollouts_to_fraction(curve: Sequence[tuple[Any, float]], fraction: float) ->
 
 
 def proposal_accounting(kinds: Sequence[str], paid: Sequence[bool], *, rejected_minibatch: int, accepted: int,
-                        merges_accepted: int = 0) -> dict[str, int]:
+                        merges_accepted: int = 0, merges_rejected: int = 0, retests: int = 0) -> dict[str, int]:
     """Reflection answers by kind, how many useless ones were paid for with rollouts, and the minibatch verdicts."""
     out: dict[str, int] = {"answers": len(kinds)}
     counts = Counter(kinds)
@@ -145,6 +145,8 @@ def proposal_accounting(kinds: Sequence[str], paid: Sequence[bool], *, rejected_
     out["rejected_minibatch"] = rejected_minibatch
     out["accepted"] = accepted
     out["merges_accepted"] = merges_accepted
+    out["merges_rejected"] = merges_rejected
+    out["retests"] = retests  # proposals whose tie was tested again on fresh examples (accept "paired")
     return out
 
 
@@ -168,6 +170,7 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
     t0 = time.perf_counter()
     verdicts: list[str] = []  # vet verdict of every reflection answer, in call order ("" = kept)
     paid: list[bool] = []  # whether that answer was tried on a minibatch (exact with proposals_per_round=1)
+    retests = 0
 
     def on_event(event: Event) -> None:
         if isinstance(event, CandidateAdded):
@@ -176,8 +179,11 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
         elif isinstance(event, ReflectionAnswered):
             verdicts.append(event.rejected.reason if event.rejected else "")
             paid.append(False)
-        elif isinstance(event, ProposalTested) and paid:
-            paid[-1] = True
+        elif isinstance(event, ProposalTested):
+            nonlocal retests
+            retests += bool(event.retested)
+            if paid:
+                paid[-1] = True
 
     t0 = time.perf_counter()
     result = optimize(task.seed_candidate, task.trainset, metric, valset=task.valset, program=task.program,
@@ -188,7 +194,8 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
     p = result.proposals
     proposals = proposal_accounting(
         kinds, paid, rejected_minibatch=p.get(Outcome.NOT_BETTER, 0),
-        accepted=p.get(Outcome.ACCEPTED, 0), merges_accepted=p.get(Outcome.MERGE_ACCEPTED, 0))
+        accepted=p.get(Outcome.ACCEPTED, 0), merges_accepted=p.get(Outcome.MERGE_ACCEPTED, 0),
+        merges_rejected=p.get(Outcome.MERGE_REJECTED, 0), retests=retests)
     proposals["rejected_before_rollouts"] = sum(v for k, v in p.items() if k.group == "rejected"
                                                 and k not in (Outcome.NOT_BETTER, Outcome.RACED_OUT))
     proposals["raced_out"] = p.get(Outcome.RACED_OUT, 0)  # racing: validations cut short (counted apart)

@@ -56,6 +56,10 @@ GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     "gepetto-fewshot": {"fewshot": 4},  # few-shot demonstrations beside the rewrites (engine/demos.py)
     "gepetto-edit-fewshot": {"proposer": "edit", "fewshot": 4},
     "gepetto-racing": {"racing": True},  # racing validation (engine/racing.py): cut children proved out early
+    "gepetto-adaptive-merge": {"adaptive_merge": True},  # how often to merge, learnt from the run's merges
+    # noise-aware acceptance: a tie (within the tolerance) is tested again on fresh examples
+    "gepetto-paired": {"accept": "paired"},
+    "gepetto-paired-0.34": {"accept": "paired", "accept_tolerance": 0.34},  # one example in three is a tie
 }
 ALL_SYSTEMS = (*SYSTEMS, *GEPETTO_VARIANTS)
 
@@ -262,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="track", required=True)
     sim = sub.add_parser("sim", help="simulated hidden-rules tasks, scripted LMs")
-    sim.add_argument("--settings", nargs="+", default=list(sim_rules.SETTINGS), choices=list(sim_rules.SETTINGS))
+    sim.add_argument("--settings", nargs="+", default=list(sim_rules.DEFAULT_SETTINGS),
+                     choices=list(sim_rules.SETTINGS))
     sim.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     sim.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=ALL_SYSTEMS)
     sim.add_argument("--budget", type=int, default=None, help="override every setting's budget")

@@ -77,7 +77,12 @@ SETTINGS: dict[str, Setting] = {
     "tight": Setting("tight", topics=10, max_add=2, drop_prob=0.1, max_rules=6, noise=0.2, budget=1500,
                      note="10 topics, one instruction, at most 6 rules kept: the full optimum is out of reach; "
                           "the best reachable keeps the 6 most frequent topics"),
+    # not run by default (DEFAULT_SETTINGS): a noisy task LM or judge, for noise-aware acceptance (accept "paired")
+    "noisy-lm": Setting("noisy-lm", topics=8, max_add=2, drop_prob=0.1, noise=0.2, error_rate=0.2, budget=1500,
+                        note="8 topics; the task LM slips on 20% of (instruction, ticket) pairs (a sampled LM or a "
+                             "noisy judge), 20% useless reflection answers, drops a rule 10% of the time"),
 }
+DEFAULT_SETTINGS = ("easy", "noisy", "multi", "tight")  # what `run.py sim` runs unless told otherwise
 
 
 def parse_rules(text: str) -> list[tuple[str, str]]:

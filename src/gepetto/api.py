@@ -184,6 +184,7 @@ def build_engine(
     component_selector: ComponentSelector | str | None = None,
     minibatch_sampler: MinibatchSampler | str | None = None,
     accept: Acceptance | Accept | None = None,
+    accept_tolerance: float | None = None,
     proposals_per_round: int | None = None,
     racing: bool | None = None,
     racing_chunk: int | None = None,
@@ -202,6 +203,7 @@ def build_engine(
     fewshot_share: float | None = None,
     use_merge: bool | None = None,
     max_merges: int | None = None,
+    adaptive_merge: bool | None = None,
     prices: Mapping[str, tuple[float, float]] | None = None,
     stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
 ) -> Engine:
@@ -309,6 +311,7 @@ async def optimize_async(
     component_selector: ComponentSelector | str | None = None,
     minibatch_sampler: MinibatchSampler | str | None = None,
     accept: Acceptance | Accept | None = None,
+    accept_tolerance: float | None = None,
     proposals_per_round: int | None = None,
     racing: bool | None = None,
     racing_chunk: int | None = None,
@@ -327,6 +330,7 @@ async def optimize_async(
     fewshot_share: float | None = None,
     use_merge: bool | None = None,
     max_merges: int | None = None,
+    adaptive_merge: bool | None = None,
     prices: Mapping[str, tuple[float, float]] | None = None,
     stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
 ) -> Result:
@@ -383,6 +387,7 @@ def optimize(
     component_selector: ComponentSelector | str | None = None,
     minibatch_sampler: MinibatchSampler | str | None = None,
     accept: Acceptance | Accept | None = None,
+    accept_tolerance: float | None = None,
     proposals_per_round: int | None = None,
     racing: bool | None = None,
     racing_chunk: int | None = None,
@@ -401,6 +406,7 @@ def optimize(
     fewshot_share: float | None = None,
     use_merge: bool | None = None,
     max_merges: int | None = None,
+    adaptive_merge: bool | None = None,
     prices: Mapping[str, tuple[float, float]] | None = None,
     stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
 ) -> Result:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from gepetto.engine.executors import EXECUTORS, Executor
 
-Accept = Literal["strict", "non_decreasing"]
+Accept = Literal["strict", "non_decreasing", "paired"]
 ProposerName = Literal["edit", "rewrite"]
 CacheMode = Literal["auto", "always", "off"]
 ExecutorName = Literal["local", "ray"]  # the names of engine/executors.py's EXECUTORS
@@ -45,7 +45,7 @@ STRATEGIES: dict[str, tuple[str, ...]] = {
     "component_selector": ("round-robin", "all"),
     "minibatch_sampler": ("epoch-shuffled",),
     "proposer": ("rewrite", "edit"),
-    "accept": ("strict", "non_decreasing"),
+    "accept": ("strict", "non_decreasing", "paired"),
 }
 
 
@@ -137,7 +137,11 @@ class EngineConfig(_Options):
                                     "epoch-shuffled (the next ones of a seeded order shuffled each epoch, skipping "
                                     "solved ones).", SEARCH, choices=STRATEGIES["minibatch_sampler"])
     accept: str = _field("strict", "A child passes its minibatch test when it scores higher (strict) or "
-                         "at least as high (non_decreasing) as its parent.", SEARCH, choices=STRATEGIES["accept"])
+                         "at least as high (non_decreasing) as its parent, or (paired, for a noisy task LM or "
+                         "judge) when its mean paired gain exceeds accept_tolerance, a tie being tested again on "
+                         "fresh examples.", SEARCH, choices=STRATEGIES["accept"])
+    accept_tolerance: float = _field(0.0, "accept paired: a mean gain per example within this of 0 is a tie "
+                                     "(tested again once).", SEARCH, ge=0, le=1)
     proposals_per_round: int = _field(1, "Proposals tried at once (faster against slow parallel LM APIs).",
                                       SEARCH, ge=1)
     # racing validation (engine/racing.py): an accepted child runs the validation set in chunks and stops as soon
@@ -179,6 +183,11 @@ class EngineConfig(_Options):
                                   ge=0, le=1)
     use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)
     max_merges: int = _field(5, "Merges at most.", MERGE, ge=0)
+    # how often a due merge is tried, learnt from this run's merges (engine/merge.py `merge_chance`); an iteration
+    # whose merge is skipped, or finds no pair to merge, makes a proposal instead of passing idle
+    adaptive_merge: bool = _field(False, "Try a due merge with probability (merges accepted + 2) / (merges tried + "
+                                  "2), learnt as the run goes; a skipped merge, or one with no pair to merge, "
+                                  "makes room for a proposal in the same iteration.", MERGE)
     # price table: LM name -> [dollars per million input tokens, per million output tokens]
     prices: dict[str, tuple[float, float]] = _field(
         {}, "Prices per million tokens (YAML mapping LM name: [input, output]), for the cost ledger.", RUN)

@@ -252,6 +252,7 @@ class ProposalTested(Event):
     rule: str | None = None  # edit proposer: the rule appended, and the failure pattern it targets
     pattern: str | None = None
     origin: str | None = None  # how the child was made when not by reflection: "demo" (a demonstration added)
+    retested: int | None = None  # fresh examples a re-test added (accept "paired"; None: none), in the sums above
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ from gepetto import events as ev
 from gepetto.config import ConfigError, EngineConfig
 from gepetto.engine import racing, stopping
 from gepetto.engine.executors import Executor, make_executor
-from gepetto.engine.merge import find_merge
+from gepetto.engine.merge import find_merge, merge_chance
 from gepetto.engine.pareto import best_index
 from gepetto.engine.proposers import ProposalRequest, as_proposal, over_length
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
-from gepetto.engine.strategies import Strategies
+from gepetto.engine.strategies import Strategies, retest_examples
 from gepetto.events import Outcome, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
@@ -168,8 +168,9 @@ class Engine:
         self.executor: Executor = make_executor(cfg.executor, cfg)
         self.strategies = Strategies.resolve(cfg, strategies)
         self.stop_conditions = [*stopping.from_config(cfg, len(self.trainset)), *stopping.as_conditions(stop)]
-        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size,
-                                            getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size)
+        child_test = getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size
+        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size, child_test,
+                                            2 * child_test * getattr(self.strategies.accept, "retests", 0))
         self._stop: Stop | None = None
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -262,7 +263,8 @@ class Engine:
             # a proposer that may pick its own test examples (few-shot's) says how many at most
             test = max(len(batch), getattr(s.proposer, "test_size", None) or 0)
         unknown = sum(st.known(parent, e.id) is None for e in batch)
-        return _Plan(st.iteration, parent_idx, components, batch, test, unknown + test + len(self.valset))
+        retests = 2 * test * getattr(s.accept, "retests", 0)  # an acceptance that may test again (parent and child)
+        return _Plan(st.iteration, parent_idx, components, batch, test, unknown + test + retests + len(self.valset))
 
     async def _reflective_round(self) -> None:
         """Plan up to `proposals_per_round` proposals, try them concurrently, add the accepted ones in order.
@@ -345,10 +347,10 @@ class Engine:
             raise ValueError(f"the proposer's test needs {cost} rollouts, more than the {plan.test} set aside")
         before = [r.score.value for r in (parent_runs if test is plan.batch else await self._evaluate(parent, test))]
         after = [r.score.value for r in await self._evaluate(child, test)]
-        accepted = bool(self.strategies.accept(before, after))
+        accepted, retested = await self._accept(plan, parent, child, test, before, after)
         text = "\n\n".join(child[c] for c in proposal.texts)
         self._emit(ev.ProposalTested(plan.parent_idx, plan.component, text, sum(before), sum(after), accepted,
-                                     proposal.rule, proposal.pattern, proposal.origin))
+                                     proposal.rule, proposal.pattern, proposal.origin, retested or None))
         if proposal.verdict is not None:
             proposal.verdict(child, accepted)
         if not accepted:
@@ -358,6 +360,26 @@ class Engine:
         origin = proposal.origin or "reflection"
         return child, await self._validate_child(child, (plan.parent_idx,), origin, plan.component,
                                                  plan.iteration), origin
+
+    async def _accept(self, plan: _Plan, parent: Candidate, child: Candidate, test: list[Example],
+                      before: list[float], after: list[float]) -> tuple[bool, int]:
+        """The acceptance strategy's verdict, and how many fresh examples its re-tests added to `before` and
+        `after` (in place). None asks for a re-test (strategies.Acceptance), within the rollouts set aside."""
+        accept, used = self.strategies.accept, {e.id for e in test}
+        verdict = accept(before, after)
+        for k in range(getattr(accept, "retests", 0)):
+            if verdict is not None:
+                break
+            fresh = retest_examples(self.trainset, used, len(test),
+                                    random.Random(f"{self.config.seed}:{plan.iteration}:retest:{k}"))
+            if not fresh:
+                break
+            used |= {e.id for e in fresh}
+            parent_runs, child_runs = await asyncio.gather(self._evaluate(parent, fresh), self._evaluate(child, fresh))
+            before += [r.score.value for r in parent_runs]
+            after += [r.score.value for r in child_runs]
+            verdict = accept(before, after)
+        return bool(verdict), len(used) - len(test)
 
     def _count(self, outcome: Outcome) -> None:
         self.state.proposals[outcome] += 1
@@ -373,22 +395,33 @@ class Engine:
         return fresh
 
     async def _merge_step(self) -> None:
+        """A due merge; with adaptive_merge, a reflective round in the same iteration when no merge was tested
+        (skipped by the draw, or no pair to merge), so no iteration passes without work."""
+        if not await self._try_merge() and self.config.adaptive_merge:
+            await self._reflective_round()
+
+    async def _try_merge(self) -> bool:
+        """Find, test and (if it passes) validate a merge; False when no merge was tested."""
         cfg, st = self.config, self.state
         rng = self._rng()
         st.merges_due -= 1
+        if cfg.adaptive_merge:  # tried with a probability learnt from this run's merges (engine/merge.py)
+            tried = st.proposals[Outcome.MERGE_ACCEPTED] + st.proposals[Outcome.MERGE_REJECTED]
+            if rng.random() >= merge_chance(st.proposals[Outcome.MERGE_ACCEPTED], tried):
+                return False
         means = st.means
         found = find_merge(st.archive.front, [r.candidate for r in st.records],
                            [r.parents for r in st.records], means, st.merge_tried, rng,
                            also_known=[r.candidate.id for r in self._raced_out])
         if found is None:
-            return
+            return False
         i, j, child = found
         if child.id in self._tried:
-            return
+            return False
         self._tried.add(child.id)
         if over_length(cfg, child):  # two branches' rules together may not fit the length budget
             st.proposals[Outcome.OVER_LENGTH] += 1
-            return
+            return False
         self._afford(len(self.valset), "next merge")
         st.merges_done += 1
         si, sj = st.records[i].val_scores, st.records[j].val_scores
@@ -405,6 +438,7 @@ class Engine:
             scores = await self._validate_child(child, (i, j), "merge", None, st.iteration)
             if scores is not None:
                 self._commit(child, (i, j), "merge", None, scores, st.iteration)
+        return True
 
     async def _reflect(self, messages: list[Message], params: dict[str, Any]) -> Completion | None:
         """One reflection call; a flaky reflection LM costs an attempt (None), not the run."""

@@ -1,7 +1,9 @@
 """System-aware merge: combine two lineages by taking, per component, the text that moved away from a
 common ancestor. Useful when different components improved along different branches. When both lineages
 only appended lines to the same component (as edit reflection does, one rule per line), the merge keeps
-both sets of lines: rules found on different branches come together."""
+both sets of lines: rules found on different branches come together.
+
+With `adaptive_merge`, how often a due merge is tried is learnt from how the run's merges fared (`merge_chance`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,17 @@ import random
 from collections.abc import Collection, Sequence
 
 from gepetto.types import Candidate
+
+
+def merge_chance(accepted: int, tried: int) -> float:
+    """The probability that a due merge is tried (adaptive_merge): (accepted + 2) / (tried + 2), the share of
+    merges accepted so far counting two imagined accepted ones first. It starts at 1 (every due merge is tried,
+    as without adaptive_merge), falls as merges are rejected (2/3 after one rejection, 1/2 after two, 1/3 after
+    four) and climbs back as they are accepted, so a run whose lineages do not combine stops paying for merge
+    tests while one whose merges work keeps them all."""
+    if not 0 <= accepted <= tried:
+        raise ValueError(f"accepted merges ({accepted}) must be between 0 and the merges tried ({tried})")
+    return (accepted + 2) / (tried + 2)
 
 
 def ancestors(idx: int, parents: Sequence[Sequence[int]]) -> set[int]:

@@ -49,22 +49,26 @@ class BudgetPlan:
     proposals_min: int  # if every proposal were accepted and validated
     proposals_max: int  # if every proposal were rejected on the minibatch and parent scores were known
     child_test: int = 0  # rollouts of the child before validation (default: the minibatch)
+    retest: int = 0  # rollouts of parent and child on fresh examples when the test is a tie (accept "paired")
 
     def describe(self) -> str:
         child = self.child_test or self.minibatch
+        retest = f" + up to {self.retest} (re-test of a tie)" if self.retest else ""
         return (
             f"budget {self.budget} rollouts: seed validation {self.seed_validation}; each proposal costs "
             f"up to {self.minibatch} (parent minibatch, free when scores are known) + {child} (child "
-            f"test) + {self.validation} (validation, only if accepted); this buys about "
+            f"test){retest} + {self.validation} (validation, only if accepted); this buys about "
             f"{self.proposals_min}-{self.proposals_max} proposals"
         )
 
 
-def plan_budget(budget: int, n_val: int, minibatch: int, child_test: int | None = None) -> BudgetPlan:
+def plan_budget(budget: int, n_val: int, minibatch: int, child_test: int | None = None, retest: int = 0
+                ) -> BudgetPlan:
     child = child_test or minibatch
     left = max(budget - n_val, 0)
     return BudgetPlan(
-        budget, n_val, minibatch, n_val, left // (minibatch + child + n_val), left // max(child, 1), child
+        budget, n_val, minibatch, n_val, left // (minibatch + child + retest + n_val), left // max(child, 1), child,
+        retest,
     )
 
 

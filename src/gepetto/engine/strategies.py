@@ -6,7 +6,7 @@ the default, the paper's GEPA) or given as an object to `gepetto.optimize(...)`:
     parent_selector     "pareto" | "current-best" | "epsilon-greedy"     (ParentSelector)
     component_selector  "round-robin" | "all"                           (ComponentSelector)
     minibatch_sampler   "epoch-shuffled"                                (MinibatchSampler)
-    accept              "strict" | "non_decreasing"                     (Acceptance)
+    accept              "strict" | "non_decreasing" | "paired"          (Acceptance)
     proposer            "rewrite" | "edit"                              (engine/proposers.py)
     stop conditions     (engine/stopping.py)
 
@@ -70,9 +70,16 @@ class MinibatchSampler(Protocol):
 
 class Acceptance(Protocol):
     """Whether a child passes its test: gets the parent's and the child's scores on the same examples (in the
-    same order) and returns True to validate the child (pay for its full validation pass)."""
+    same order) and returns True to validate the child (pay for its full validation pass), False to reject it.
 
-    def __call__(self, before: Sequence[float], after: Sequence[float]) -> bool: ...
+    None asks for more evidence. A strategy that may answer None says how many times at most in an attribute
+    `retests` (an int; none: 0). For each, the engine runs parent and child on as many fresh training examples
+    as the test had (ones not yet in this comparison; their rollouts are set aside when the proposal is
+    planned, so the budget holds) and asks again with the scores pooled (the earlier ones first). None with no
+    re-test left, or no fresh example left, is a rejection.
+    """
+
+    def __call__(self, before: Sequence[float], after: Sequence[float]) -> bool | None: ...
 
 
 # ---- parent selection ----------------------------------------------------------------------------------------
@@ -178,6 +185,37 @@ def non_decreasing(before: Sequence[float], after: Sequence[float]) -> bool:
     return sum(after) >= sum(before)
 
 
+@dataclass(frozen=True)
+class Paired:
+    """For a noisy task LM or judge: the mean paired difference (child minus parent, example by example) must
+    exceed `tolerance` to pass and fall below -`tolerance` to fail; in between (a tie within the noise) parent and
+    child are tested once more on fresh examples and the pooled pairs decide (a tie again is a rejection)."""
+
+    tolerance: float = 0.0
+    retests: int = 1
+
+    def __call__(self, before: Sequence[float], after: Sequence[float]) -> bool | None:
+        if not after:
+            return None
+        diff = sum(a - b for a, b in zip(after, before, strict=True)) / len(after)
+        if diff > self.tolerance:
+            return True
+        if diff < -self.tolerance:
+            return False
+        return None
+
+
+def retest_examples(trainset: Sequence[Example], used: set[str], n: int, rng: random.Random) -> list[Example]:
+    """Up to `n` training examples not in `used` (ids), drawn with `rng`: the fresh examples of a re-test.
+
+    Fresh, not the same ones again: a rollout is kept by (candidate, example) and replayed, never paid twice,
+    and at temperature 0 the response cache answers alike, so only new examples bring new evidence. Drawn
+    uniformly, not for being the parent's failures (as a minibatch's examples tend to be), so a parent's score
+    reused there is no failure picked on purpose that a child would beat by chance."""
+    pool = [e for e in trainset if e.id not in used]
+    return rng.sample(pool, min(n, len(pool)))
+
+
 # ---- the built-ins by name -----------------------------------------------------------------------------------
 def _proposer(name: str) -> Callable[[EngineConfig], Any]:
     def build(cfg: EngineConfig) -> Any:
@@ -196,7 +234,8 @@ BUILTINS: dict[str, dict[str, Callable[[EngineConfig], Any]]] = {
     "minibatch_sampler": {"epoch-shuffled": lambda cfg: EpochShuffled(cfg.minibatch_size, cfg.seed,
                                                                       cfg.perfect_score)},
     "proposer": {"rewrite": _proposer("rewrite"), "edit": _proposer("edit")},
-    "accept": {"strict": lambda cfg: strict, "non_decreasing": lambda cfg: non_decreasing},
+    "accept": {"strict": lambda cfg: strict, "non_decreasing": lambda cfg: non_decreasing,
+               "paired": lambda cfg: Paired(cfg.accept_tolerance)},
 }
 assert {k: tuple(v) for k, v in BUILTINS.items()} == STRATEGIES  # config.py names them, for the CLI and files
 
