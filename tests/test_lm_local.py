@@ -170,3 +170,63 @@ async def test_a_model_file_that_does_not_load_is_a_setup_error(tmp_path):
     bad.write_bytes(b"not a gguf file")
     with pytest.raises(LMSetupError, match="cannot load the model file"):
         await LocalLM("smollm2-135m", model_file=bad).complete([{"role": "user", "content": "hi"}])
+
+
+def _count_evals(lm: LocalLM) -> list[int]:
+    """Patch the model's eval so each call records how many tokens it decoded at once."""
+    llama = lm._load()
+    sizes: list[int] = []
+    real = llama.eval
+
+    def counting(tokens):
+        sizes.append(len(tokens))
+        return real(tokens)
+
+    llama.eval = counting
+    return sizes
+
+
+def test_speed_options_are_lm_name_options_and_are_checked():
+    from gepetto.lm.names import parse_lm_name
+
+    name = parse_lm_name("local:qwen2.5-coder-0.5b?lookup=8&prefix_cache_mb=64")
+    assert name.options == {"lookup": 8, "prefix_cache_mb": 64}
+    with pytest.raises(ValueError, match="lookup"):
+        LocalLM("smollm2-135m", lookup=-1)
+
+
+COPY = [{"role": "system", "content": "You rewrite instructions. Answer with the instruction only."},
+        {"role": "user", "content": "Repeat this instruction word for word, then stop: Read the customer's "
+                                    "message and answer with a JSON object with the keys item and quantity."}]
+
+
+@needs_smollm
+@pytest.mark.real_model
+async def test_prompt_lookup_gives_the_greedy_text_in_fewer_decode_steps(smollm):
+    fast = LocalLM("smollm2-135m", n_ctx=2048, lookup=8)
+    plain_steps, fast_steps = _count_evals(smollm), _count_evals(fast)
+    plain = await smollm.complete(COPY, temperature=0.0, max_tokens=48)
+    drafted = await fast.complete(COPY, temperature=0.0, max_tokens=48)
+    assert drafted.text == plain.text and len(plain.text) > 20
+    assert drafted.usage.output_tokens == plain.usage.output_tokens
+    # each step decodes the last token and a draft; copied text is accepted several tokens at a time
+    assert len(fast_steps) < len(plain_steps), (fast_steps, plain_steps)
+    assert max(fast_steps[1:]) > 1
+
+
+@needs_smollm
+@pytest.mark.real_model
+async def test_the_prefix_cache_keeps_alternating_system_prompts_and_answers_alike(smollm):
+    cached = LocalLM("smollm2-135m", n_ctx=2048, prefix_cache_mb=64)
+    systems = ["You are a careful assistant. " * 8 + "Answer with one word.",
+               "You classify messages into billing or shipping. " * 6 + "Answer with one word."]
+    calls = [[{"role": "system", "content": s}, {"role": "user", "content": q}]
+             for q in ("Where is my parcel?", "I was charged twice.") for s in systems]
+    plain_steps, cached_steps = _count_evals(smollm), _count_evals(cached)
+    for messages in calls:
+        a = await smollm.complete(messages, temperature=0.0, max_tokens=8)
+        b = await cached.complete(messages, temperature=0.0, max_tokens=8)
+        assert a.text == b.text
+    # without the cache every call after the first two re-decodes its whole system prompt (the one before had the
+    # other one); with it, each starts from its system prompt's stored state
+    assert sum(cached_steps) < sum(plain_steps) - 100, (sum(cached_steps), sum(plain_steps))

@@ -7,6 +7,7 @@ directory, check the sha256, and load the result. SmolLM2 ships whole. Nothing i
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import hashlib
 import importlib
 import importlib.util
@@ -14,6 +15,7 @@ import os
 import re
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,8 +149,105 @@ def is_looping(text: str, min_len: int = 20, times: int = 3) -> bool:
     return bool(pieces) and len(pieces[-1]) >= min_len and pieces.count(pieces[-1]) >= times
 
 
+def _fast_llama(llama_class: Any, *, prefix_cache_bytes: int) -> Any:
+    """llama-cpp-python's Llama (pinned 0.3.36) with the two speed options of `LocalLM`.
+
+    Prompt lookup: with a draft model, llama-cpp-python asks for the logits of every token it evaluates, prompt
+    included, and copies them into an array sized for one batch: past 512 tokens the copy fails, and below that
+    it spends a vocabulary-sized product per prompt token (151,936 columns for Qwen). Sampling reads the logits
+    from llama.cpp, not from that array. So `eval` asks for every token's logits only in the short batches that
+    check a draft, for the last token of anything longer, and copies nothing.
+
+    Prefix cache: llama-cpp-python's own cache (`LlamaRAMCache`) copies the logits array with every state, up to
+    311 MB a call for Qwen. Here a state is the KV cache of sequence 0 only (about 12 kB a token for the 0.5B),
+    kept after each call under its tokens, least recently used first out; a call starts from the stored state
+    sharing the longest prefix with its prompt when that is longer than what the context already holds.
+    """
+
+    class FastLlama(llama_class):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._states: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+
+        def eval(self, tokens: Sequence[int]) -> None:
+            if self.draft_model is None:
+                return super().eval(tokens)
+            window = 1 + self.draft_model.num_pred_tokens
+            self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
+            for i in range(0, len(tokens), self.n_batch):
+                batch = list(tokens[i : i + self.n_batch])
+                self._batch.set_batch(batch=batch, n_past=self.n_tokens, logits_all=len(tokens) <= window)
+                self._ctx.decode(self._batch)
+                self.input_ids[self.n_tokens : self.n_tokens + len(batch)] = batch
+                self.n_tokens += len(batch)
+                self._requires_eval = False
+            return None
+
+        def generate(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+            if not prefix_cache_bytes:
+                return (yield from super().generate(tokens, *args, **kwargs))
+            tokens = list(tokens)
+            self._restore_longest_prefix(tokens)
+            try:
+                return (yield from super().generate(tokens, *args, **kwargs))
+            finally:
+                self._keep_state()
+
+        def _restore_longest_prefix(self, tokens: list[int]) -> None:
+            def shared(key: Sequence[int]) -> int:
+                n = 0
+                for a, b in zip(key, tokens, strict=False):
+                    if a != b:
+                        break
+                    n += 1
+                return n
+
+            best = max(self._states, key=shared, default=None)
+            if best is None or shared(best) <= shared(self._input_ids.tolist()):
+                return
+            import llama_cpp
+
+            data = self._states.pop(best)
+            self._states[best] = data  # most recently used last
+            self._ctx.kv_cache_seq_rm(-1, 0, -1)
+            buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+            if llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buf, len(data), 0) != len(data):
+                self.reset()  # could not restore: start from an empty context, as without the cache
+                return
+            self.input_ids[: len(best)] = best
+            self.n_tokens = len(best)
+            self._requires_eval = True
+
+        def _keep_state(self) -> None:
+            import llama_cpp
+
+            key = tuple(self._input_ids.tolist())
+            size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, 0)
+            if not key or size > prefix_cache_bytes:
+                return
+            buf = (ctypes.c_uint8 * size)()
+            n = llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buf, size, 0)
+            self._states.pop(key, None)
+            self._states[key] = ctypes.string_at(buf, n)
+            while sum(map(len, self._states.values())) > prefix_cache_bytes:
+                self._states.popitem(last=False)
+
+    return FastLlama
+
+
 class LocalLM:
-    """llama.cpp in-process. One model instance; calls are serialised (llama.cpp runs one at a time)."""
+    """llama.cpp in-process. One model instance; calls are serialised (llama.cpp runs one at a time).
+
+    Two speed options, both off by default (measured in `benchmarks/results/local_speed.md`):
+
+    - `lookup=N`: prompt-lookup decoding. Up to N tokens are drafted by copying what followed the last tokens
+      written where they occur in the prompt (a new instruction repeats much of the current one), and the model
+      checks the whole draft in one batch. At temperature 0 the text is the model's own greedy answer.
+    - `prefix_cache_mb=M`: keep up to M MB of llama.cpp states (KV cache) keyed by their tokens, and start
+      each call from the longest stored prefix of its prompt. llama.cpp already reuses the prefix shared with
+      the call just before; this keeps it across calls whose system prompts alternate (several candidates or
+      several steps of one program).
+    """
 
     def __init__(
         self,
@@ -156,14 +255,19 @@ class LocalLM:
         *,
         n_ctx: int = 4096,
         n_threads: int = 2,
+        lookup: int = 0,
+        prefix_cache_mb: int = 0,
         cache_dir: Path | str | None = None,
         model_file: Path | str | None = None,
     ) -> None:
+        if lookup < 0 or prefix_cache_mb < 0:
+            raise ValueError("lookup and prefix_cache_mb must be >= 0")
         self.name = f"local:{model}"
         self.model = model
         self._path = Path(model_file) if model_file else None
         self._cache_dir = cache_dir
         self._n_ctx, self._n_threads = n_ctx, n_threads
+        self._lookup, self._prefix_cache_mb = lookup, prefix_cache_mb
         self._llama: Any = None
         self._lock = PerLoop(asyncio.Lock)  # one call at a time within a loop ...
         self._model_lock = threading.Lock()  # ... and across threads (llama.cpp is not thread-safe)
@@ -172,15 +276,19 @@ class LocalLM:
         if self._llama is None:
             try:
                 from llama_cpp import Llama
+                from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
             except ImportError as exc:
                 raise LMSetupError('llama-cpp-python is not installed: pip install "gepetto[local]"') from exc
             path = self._path or model_path(self.model, self._cache_dir)
+            draft = LlamaPromptLookupDecoding(num_pred_tokens=self._lookup) if self._lookup else None
             try:
-                self._llama = Llama(
-                    model_path=str(path), n_ctx=self._n_ctx, n_threads=self._n_threads, verbose=False, seed=0
-                )
+                fast = draft or self._prefix_cache_mb
+                llama = (_fast_llama(Llama, prefix_cache_bytes=self._prefix_cache_mb << 20) if fast else Llama)(
+                    model_path=str(path), n_ctx=self._n_ctx, n_threads=self._n_threads, verbose=False, seed=0,
+                    draft_model=draft)
             except (ValueError, RuntimeError, OSError) as exc:  # no model, so no answer will ever come
                 raise LMSetupError(f"{self.name}: cannot load the model file {path}: {exc}") from exc
+            self._llama = llama
         return self._llama
 
     def _complete_sync(self, messages: list[Message], params: dict[str, Any]) -> Completion:

@@ -84,8 +84,8 @@ def _litellm_check(name: LMName) -> str | None:
 
 
 _REMOTE = {"max_concurrency": int, "rpm": float, "tpm": float, "timeout": float, "max_retries": int}
-register_backend("local", Backend("gepetto.lm.local:from_name", "local:MODEL", {"n_ctx": int, "n_threads": int},
-                                  models=_local_models))
+_LOCAL = {"n_ctx": int, "n_threads": int, "lookup": int, "prefix_cache_mb": int}
+register_backend("local", Backend("gepetto.lm.local:from_name", "local:MODEL", _LOCAL, models=_local_models))
 register_backend("openai", Backend("gepetto.lm.openai:from_name", "openai:MODEL, openai:MODEL@BASE_URL (e.g. "
                                    "openai:qwen@http://127.0.0.1:8000/v1)",
                                    {**_REMOTE, "api_key_env": str, "structured": str}, base_url=True))
