@@ -198,6 +198,9 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             with open(log, "a") as f:
                 f.write(json.dumps(row) + "\n")
+            if row.get("stop_reason") in ("sigterm", "interrupted"):  # stopped from outside: stop here too
+                print("stopped; the runs after this one are not made", file=sys.stderr)
+                return
 
 
 if __name__ == "__main__":
