@@ -168,6 +168,7 @@ def _fast_llama(llama_class: Any, *, prefix_cache_bytes: int) -> Any:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._states: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+            self._state_bytes = 0  # sum of the stored states' sizes
 
         def eval(self, tokens: Sequence[int]) -> None:
             if self.draft_model is None:
@@ -195,12 +196,7 @@ def _fast_llama(llama_class: Any, *, prefix_cache_bytes: int) -> Any:
 
         def _restore_longest_prefix(self, tokens: list[int]) -> None:
             def shared(key: Sequence[int]) -> int:
-                n = 0
-                for a, b in zip(key, tokens, strict=False):
-                    if a != b:
-                        break
-                    n += 1
-                return n
+                return int(self.longest_token_prefix(key, tokens))
 
             best = max(self._states, key=shared, default=None)
             if best is None or shared(best) <= shared(self._input_ids.tolist()):
@@ -227,10 +223,11 @@ def _fast_llama(llama_class: Any, *, prefix_cache_bytes: int) -> Any:
                 return
             buf = (ctypes.c_uint8 * size)()
             n = llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buf, size, 0)
-            self._states.pop(key, None)
+            self._state_bytes -= len(self._states.pop(key, b""))
             self._states[key] = ctypes.string_at(buf, n)
-            while sum(map(len, self._states.values())) > prefix_cache_bytes:
-                self._states.popitem(last=False)
+            self._state_bytes += n
+            while self._state_bytes > prefix_cache_bytes:
+                self._state_bytes -= len(self._states.popitem(last=False)[1])
 
     return FastLlama
 
@@ -242,7 +239,8 @@ class LocalLM:
 
     - `lookup=N`: prompt-lookup decoding. Up to N tokens are drafted by copying what followed the last tokens
       written where they occur in the prompt (a new instruction repeats much of the current one), and the model
-      checks the whole draft in one batch. At temperature 0 the text is the model's own greedy answer.
+      checks the whole draft in one batch. At temperature 0 the text is the greedy answer, except that llama.cpp's
+      arithmetic differs a little between batch shapes, so a near-tie can go the other way.
     - `prefix_cache_mb=M`: keep up to M MB of llama.cpp states (KV cache) keyed by their tokens, and start
       each call from the longest stored prefix of its prompt. llama.cpp already reuses the prefix shared with
       the call just before; this keeps it across calls whose system prompts alternate (several candidates or
