@@ -107,6 +107,44 @@ def test_the_next_chunk_goes_after_the_likeliest_dominators_imperfect_examples()
     assert chunk == [5, 4, 3]
 
 
+def test_the_sign_test_cuts_after_enough_losses_without_a_win():
+    assert [racing.losses_needed(c) for c in (0.75, 0.9, 0.95, 0.99)] == [2, 4, 5, 7]
+    # the member is not perfect on the examples left, so no proof; it beats the child on the first k run
+    front = np.array([[1.0] * 5 + [0.5] * 5 + [0.0] * 10])
+    child = np.zeros(20)
+    run = np.zeros(20, bool)
+    run[:4] = True
+    assert racing.verdict(front, run, child).decision == "open"
+    assert racing.verdict(front, run, child, 0.95).decision == "open"  # 4 losses: 0.5**4 > 0.05
+    v = racing.verdict(front, run, child, 0.9)
+    assert (v.decision, v.by, v.losses) == ("cut", 0, 4)
+    run[4] = True
+    assert racing.verdict(front, run, child, 0.95).losses == 5
+    assert racing.verdict(front, run, child).decision == "open"  # without a confidence: proof only
+    # ties are no evidence: five examples where both score 0 count for nothing
+    run = np.zeros(20, bool)
+    run[10:15] = True
+    assert racing.verdict(front, run, child, 0.9).decision == "open"
+
+
+def test_the_sign_test_never_cuts_a_child_that_beat_the_member_once():
+    front = np.array([[1.0] * 9 + [0.0] + [0.5] * 10])
+    child = np.array([0.0] * 9 + [1.0] + [0.0] * 10)
+    run = np.zeros(20, bool)
+    run[:10] = True  # nine losses, one win: the member can never dominate it
+    assert racing.verdict(front, run, child, 0.99).decision == "sure"
+
+
+def test_with_a_confidence_the_order_is_free_examples_then_random():
+    ids = [f"v{j}" for j in range(12)]
+    front = np.array([[1.0] * 6 + [0.0] * 6])
+    parent = [1.0] * 6 + [0.0] * 6
+    order = racing.validation_order(ids, front, parent, {"v3"}, random.Random(1), informed=False)
+    assert order[0] == "v3" and sorted(order) == sorted(ids)
+    assert order[1:] != sorted(order[1:], key=lambda e: (int(e[1:]) < 6, e))  # not thin ones first
+    assert order == racing.validation_order(ids, front, parent, {"v3"}, random.Random(1), informed=False)
+
+
 # ---- the engine ---------------------------------------------------------------------------------------------
 
 TASK = sim.task(n_train=24, n_val=30, kinds=6, components=2)
@@ -169,6 +207,43 @@ def test_a_cut_is_only_proved_by_a_member_of_the_front():
         assert "1.0 on the" in cut.reason
 
 
+def test_a_confidence_cuts_more_children_for_fewer_rollouts_and_never_adds_an_unvalidated_one():
+    exact, _ = _run(True, 5)
+    bold, events = _run(True, 5, racing_confidence=0.9)
+    cuts = [e for e in events if isinstance(e, ev.ValidationCut)]
+    by_test = [c for c in cuts if "sign test" in c.reason]
+    assert by_test and all(c.evaluated < c.total for c in by_test)
+    n = len(TASK.valset)
+    assert len(bold.raced_out) > len(exact.raced_out) and bold.rollouts_used < exact.rollouts_used
+    assert bold.iterations == exact.iterations
+    # every candidate in the pool (so every best and every front member) was validated on the whole set
+    assert all(len(c.val_scores) == n for c in bold.candidates)
+    assert bold.best_score >= exact.candidates[0].mean  # never below the seed
+    # each sign-test cut names a member that was at least as good on every example run
+    for cut in by_test:
+        added = [e for e in events[: events.index(cut)] if isinstance(e, ev.CandidateAdded)][-1]
+        assert cut.dominated_by in added.front
+        member = next(c for c in bold.candidates if c.index == cut.dominated_by)
+        assert all(member.val_scores[e] >= s for e, s in cut.record.val_scores.items())
+        assert sum(member.val_scores[e] > s for e, s in cut.record.val_scores.items()) >= 4
+
+
+def test_a_race_with_a_confidence_resumes_exactly(tmp_path):
+    def run(storage, stop=None):
+        return gepetto.optimize(
+            TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
+            task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2, forget=True, max_rules=2),
+            budget=400, seed=2, racing=True, racing_chunk=2, racing_confidence=0.9, storage=storage, run="r",
+            stop=stop)
+
+    whole = run(tmp_path / "whole.sqlite")
+    assert whole.raced_out
+    storage = tmp_path / "s.sqlite"
+    k = whole.raced_out[0].iteration
+    run(storage, stop=lambda s: "stop" if s.iteration >= k else None)
+    assert _fingerprint(run(storage)) == _fingerprint(whole)
+
+
 def test_racing_never_spends_more_than_the_budget():
     for budget in (120, 200, 333):
         result = gepetto.optimize(
@@ -180,8 +255,14 @@ def test_racing_never_spends_more_than_the_budget():
 
 def test_the_default_is_off_and_the_chunk_is_checked():
     assert EngineConfig().racing is False and EngineConfig().racing_chunk == 5
+    assert EngineConfig().racing_confidence is None
     with pytest.raises(ConfigError, match="racing_chunk"):
         EngineConfig(racing_chunk=0)
+    for bad in (0.5, 1.0, 2):
+        with pytest.raises(ConfigError, match="racing_confidence"):
+            EngineConfig(racing=True, racing_confidence=bad)
+    with pytest.raises(ConfigError, match="racing_confidence needs racing"):
+        EngineConfig(racing_confidence=0.9)
     result, events = _run(False, 2, 10)
     assert result.raced_out == [] and not any(isinstance(e, ev.ValidationCut) for e in events)
     assert result.to_dict()["raced_out"] == []
@@ -190,6 +271,7 @@ def test_the_default_is_off_and_the_chunk_is_checked():
 def test_the_cli_takes_racing_as_a_flag():
     out = CliRunner().invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"})
     assert "--racing" in out.output and "--no-racing" in out.output and "--racing-chunk" in out.output
+    assert "--racing-confidence" in out.output
 
 
 # ---- stored runs: resume, snapshot, report, progress -----------------------------------------------------------

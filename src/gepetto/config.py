@@ -149,6 +149,10 @@ class EngineConfig(_Options):
     racing: bool = _field(False, "Validate an accepted child in chunks and stop once it provably can neither "
                           "enter the Pareto front nor become the best (exact; saves validation rollouts).", SEARCH)
     racing_chunk: int = _field(5, "With racing: validation examples run between two checks.", SEARCH, ge=1)
+    racing_confidence: float | None = _field(
+        None, "With racing: also cut a child once a one-sided sign test says, at this confidence, that a front "
+        "member is better (never below the child, above it on enough examples run; 5 at 0.95). Not exact: "
+        "default none (proof only).", SEARCH, gt=0.5, lt=1)
     components: tuple[str, ...] | None = _field(
         None, "Components to evolve (YAML list); default: all of the seed's.", SEARCH)
     # component -> what kind of text it is ("a Python regular expression that ..."). A described component is an
@@ -205,6 +209,8 @@ class EngineConfig(_Options):
         if self.component_selector == "all" and self.proposer == "edit":
             raise ValueError("component_selector 'all' needs proposer 'rewrite': the edit proposer changes one "
                              "component per proposal")
+        if self.racing_confidence is not None and not self.racing:
+            raise ValueError("racing_confidence needs racing=True (it is a cut rule of racing validation)")
         return self
 
     _executor_objects: ClassVar[bool] = True  # an Executor object is an option of one process, never stored

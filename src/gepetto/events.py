@@ -280,7 +280,8 @@ class CandidateAdded(Event):
 class ValidationCut(Event):
     """Racing (EngineConfig.racing) stopped a child's validation early: whatever it scores on the examples left,
     front member `dominated_by` (a candidate index) dominates it, so it can neither enter the Pareto front nor
-    become the best. It is not added to the pool (`Result.raced_out` keeps it with the scores paid for)."""
+    become the best; or, with `racing_confidence`, a sign test says that member is better (`reason` says which).
+    It is not added to the pool (`Result.raced_out` keeps it with the scores paid for)."""
 
     kind: ClassVar[str] = "cut"
     record: CandidateRecord  # index -1; val_scores: the validation examples run so far

@@ -555,7 +555,9 @@ class Engine:
         free = {e for e in ids if (child.id, e) in st.rollouts}  # known in this run's path (a resume replays it)
         rng = random.Random(f"{self.config.seed}:{iteration}:race:{child.id}")
         pos = {e: j for j, e in enumerate(ids)}
-        todo = [pos[e] for e in racing.validation_order(ids, front, parent_row.tolist(), free, rng)]
+        confidence = self.config.racing_confidence  # the sign test wants examples in no informed order
+        todo = [pos[e] for e in racing.validation_order(ids, front, parent_row.tolist(), free, rng,
+                                                         informed=confidence is None)]
         got: dict[str, float] = {}
         batch = todo[: len(free)]
         while True:
@@ -567,13 +569,14 @@ class Engine:
                 return {e: got[e] for e in ids}
             run = np.array([e in got for e in ids])
             scores = np.array([got.get(e, 0.0) for e in ids])
-            verdict = racing.verdict(front, run, scores)
+            verdict = racing.verdict(front, run, scores, confidence)
             if verdict.decision == "cut" and verdict.by is not None:
-                self._raced(self._validating.pop(child.id), got, st.archive.front[verdict.by])
+                self._raced(self._validating.pop(child.id), got, st.archive.front[verdict.by], verdict.losses)
                 return None
-            batch = todo if verdict.decision == "sure" else racing.next_chunk(todo, front, run, scores, chunk)
+            batch = (todo if verdict.decision == "sure" else todo[:chunk] if confidence is not None
+                     else racing.next_chunk(todo, front, run, scores, chunk))
 
-    def _raced(self, rec: CandidateRecord, scores: dict[str, float], dominator: int) -> None:
+    def _raced(self, rec: CandidateRecord, scores: dict[str, float], dominator: int, losses: int) -> None:
         """Books a child racing cut: kept with its paid scores, counted as raced out instead of accepted."""
         st = self.state
         rec = CandidateRecord(-1, rec.candidate, rec.parents, rec.origin, rec.iteration, rec.component,
@@ -585,8 +588,11 @@ class Engine:
             del st.proposals[was]
         st.proposals[Outcome.RACED_OUT] += 1
         n, k = len(st.val_ids), len(rec.val_scores)
-        self._emit(ev.ValidationCut(rec, k, n, dominator, f"candidate {dominator} is at least as good on the {k} "
-                                    f"examples run (better on one) and scores 1.0 on the {n - k} left"))
+        why = (f"candidate {dominator} is at least as good on the {k} examples run (better on one) and scores 1.0 "
+               f"on the {n - k} left" if not losses else
+               f"candidate {dominator} is at least as good on the {k} examples run and better on {losses} (sign "
+               f"test, confidence {self.config.racing_confidence}); {n - k} examples not run")
+        self._emit(ev.ValidationCut(rec, k, n, dominator, why))
 
     def _commit(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
                 scores: dict[str, float], iteration: int) -> None:

@@ -15,10 +15,21 @@ A member can only dominate the optimistic vector if it scores 1.0 on every examp
 first are those where few front members are perfect ("thin" ones), then those where the parent scores lowest,
 ties broken by the run's seeded rng. Rollouts already paid for (free) come first of all. Pure functions;
 the loop (engine/loop.py) pays for the rollouts.
+
+Optionally (EngineConfig.racing_confidence) a child is also cut on evidence instead of proof: a one-sided sign
+test. If a front member scores at least as well as the child on every example run and strictly better on k of
+them, then under the hypothesis "the child is at least as good as that member" (a differing example goes the
+child's way with probability at least 1/2) seeing k losses and no win has probability at most 0.5**k; the
+child is cut once that is at most 1 - confidence (k >= 5 at 0.95). The test needs examples in no particular
+order, so with a confidence the examples not paid for run in the seeded random order (the informed order above
+would pick the member's weak spots first and bias the test). Not exact: a child cut this way might have beaten
+the member on an example not run and entered the front; it is never the best from a handful of examples, since
+a cut child is never added to the pool.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -28,14 +39,15 @@ import numpy as np
 
 
 def validation_order(val_ids: Sequence[str], front_scores: np.ndarray, parent_scores: Sequence[float],
-                     free: Collection[str], rng: random.Random) -> list[str]:
+                     free: Collection[str], rng: random.Random, *, informed: bool = True) -> list[str]:
     """The order a child runs the validation examples in: free ones (rollouts known), then by how few front
-    members score 1.0 on the example, then by the parent's score (lowest first), then at random (`rng`).
+    members score 1.0 on the example, then by the parent's score (lowest first), then at random (`rng`); with
+    `informed=False` (for the sign test), free ones and then at random.
 
     `front_scores`: one row per front member, one column per example of `val_ids`; `parent_scores`: the
     parent's validation scores in the same order (a merge child: its parents' mean)."""
-    perfect = (front_scores >= 1.0).sum(axis=0) if len(front_scores) else np.zeros(len(val_ids))
-    parent = list(parent_scores)
+    perfect = (front_scores >= 1.0).sum(axis=0) if len(front_scores) and informed else np.zeros(len(val_ids))
+    parent = list(parent_scores) if informed else [0.0] * len(val_ids)
     keys = [(eid not in free, int(perfect[j]), parent[j], rng.random(), j) for j, eid in enumerate(val_ids)]
     return [val_ids[k[-1]] for k in sorted(keys)]
 
@@ -47,11 +59,20 @@ class Verdict:
 
     decision: Literal["cut", "open", "sure"]
     by: int | None = None  # cut: the position in the front of a member that dominates the optimistic vector
+    losses: int = 0  # a cut by the sign test (racing_confidence): examples run where member `by` is better; 0: proved
 
 
-def verdict(front_scores: np.ndarray, run: np.ndarray, scores: np.ndarray) -> Verdict:
+def losses_needed(confidence: float) -> int:
+    """Losses without a win a child needs against one member for the sign test to cut it at `confidence`: the
+    least k with 0.5**k <= 1 - confidence."""
+    return max(1, math.ceil(math.log(1.0 - confidence) / math.log(0.5) - 1e-9))
+
+
+def verdict(front_scores: np.ndarray, run: np.ndarray, scores: np.ndarray, confidence: float | None = None
+            ) -> Verdict:
     """Whether a child can be cut. `run`: a mask of the examples run so far; `scores`: the child's scores on them
-    (anything elsewhere); `front_scores`: the front's rows, on the same examples."""
+    (anything elsewhere); `front_scores`: the front's rows, on the same examples; `confidence`: also cut by the
+    sign test (see the module's docstring) at this confidence."""
     if not len(front_scores) or not run.any():
         return Verdict("open" if len(front_scores) else "sure")
     optimistic = np.where(run, scores, 1.0)
@@ -60,6 +81,11 @@ def verdict(front_scores: np.ndarray, run: np.ndarray, scores: np.ndarray) -> Ve
         return Verdict("cut", int(np.flatnonzero(dominating)[0]))
     # a member that is below the child somewhere on the examples run can never dominate it
     still = (front_scores[:, run] >= scores[run]).all(axis=1)
+    if confidence is not None and still.any():
+        losses = np.where(still, (front_scores[:, run] > scores[run]).sum(axis=1), 0)
+        if losses.max() >= losses_needed(confidence):
+            by = int(np.argmax(losses))
+            return Verdict("cut", by, int(losses[by]))
     return Verdict("open" if still.any() else "sure")
 
 
