@@ -253,6 +253,39 @@ def test_racing_never_spends_more_than_the_budget():
         assert result.rollouts_used <= budget
 
 
+def _budgeted(budget, racing_on, **options):
+    return gepetto.optimize(
+        TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
+        task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2, forget=True, max_rules=2),
+        budget=budget, seed=2, racing=racing_on, **options)
+
+
+@pytest.mark.parametrize("budget", [120, 200, 333])
+def test_racing_spends_the_tail_of_the_budget_and_leaves_the_last_child_partial(budget):
+    plain, raced = _budgeted(budget, False), _budgeted(budget, True)
+    n = len(TASK.valset)
+    assert budget - plain.rollouts_used >= 5  # without racing, a whole validation must fit: the tail is left
+    assert "could cost" in plain.stop_message
+    assert raced.rollouts_used == budget and raced.stop_reason is gepetto.StopReason.BUDGET_EXHAUSTED
+    [tail] = raced.partial_candidates  # the last child: neither cut nor validated in full
+    assert 0 < len(tail.val_scores) < n and "partial" in raced.stop_message
+    assert tail.candidate.id not in {c.candidate.id for c in raced.candidates}  # never in the pool or the best
+    assert all(len(c.val_scores) == n for c in raced.candidates)
+
+
+def test_a_tail_child_left_partial_is_finished_by_a_resume_with_a_larger_budget(tmp_path):
+    def run(storage, budget):
+        return _budgeted(budget, True, racing_chunk=2, storage=storage, run="r")
+
+    whole = run(tmp_path / "whole.sqlite", 500)
+    storage = tmp_path / "s.sqlite"
+    part = run(storage, 200)
+    assert part.partial_candidates and part.rollouts_used == 200
+    final = run(storage, 500)
+    assert _fingerprint(final) == _fingerprint(whole)
+    assert RunStore(storage).count_rollouts("r") == final.rollouts_used == 500  # nothing paid twice
+
+
 def test_the_default_is_off_and_the_chunk_is_checked():
     assert EngineConfig().racing is False and EngineConfig().racing_chunk == 5
     assert EngineConfig().racing_confidence is None

@@ -147,7 +147,8 @@ class EngineConfig(_Options):
     # racing validation (engine/racing.py): an accepted child runs the validation set in chunks and stops as soon
     # as it provably cannot enter the Pareto front nor become the best (exact: same front and best as a full pass)
     racing: bool = _field(False, "Validate an accepted child in chunks and stop once it provably can neither "
-                          "enter the Pareto front nor become the best (exact; saves validation rollouts).", SEARCH)
+                          "enter the Pareto front nor become the best (exact; saves validation rollouts); the "
+                          "budget's tail is spent on a last proposal whose child may end partial.", SEARCH)
     racing_chunk: int = _field(5, "With racing: validation examples run between two checks.", SEARCH, ge=1)
     racing_confidence: float | None = _field(
         None, "With racing: also cut a child once a one-sided sign test says, at this confidence, that a front "

@@ -280,8 +280,10 @@ class Engine:
         for _ in range(cfg.proposals_per_round):
             plan = self._plan_proposal()
             if reserved + plan.cost > st.remaining:
-                if not plans:
+                if not plans and not self._tail_fits(plan):
                     self._afford(plan.cost, "next proposal")
+                if not plans:  # racing's tail: a last proposal whose validation may end partial
+                    plans.append(plan)
                 break
             reserved += plan.cost
             plans.append(plan)
@@ -308,6 +310,14 @@ class Engine:
                         self._commit(child, (plan.parent_idx,), origin, plan.component, scores, plan.iteration)
                     if cfg.use_merge:
                         st.merges_due += 1
+
+    def _tail_fits(self, plan: _Plan) -> bool:
+        """With racing, the tail of the budget is spent: a proposal whose whole validation no longer fits still
+        starts if its minibatch, its test and one racing chunk do. Its child races while the budget lasts; one
+        neither cut nor fully validated when the budget runs out is left a partial candidate (never the best;
+        a resume with a larger budget finishes its validation)."""
+        n = len(self.valset)
+        return self.config.racing and plan.cost - n + min(self.config.racing_chunk, n) <= self.state.remaining
 
     def _outcome(self, task: asyncio.Future, iteration: int
                  ) -> tuple[Candidate, dict[str, float] | None, str] | None:
@@ -561,6 +571,9 @@ class Engine:
         got: dict[str, float] = {}
         batch = todo[: len(free)]
         while True:
+            paid = [j for j in batch if (child.id, ids[j]) not in st.rollouts]
+            if len(paid) > st.remaining:  # a tail proposal (`_tail_fits`): run what the budget still pays for
+                batch = [j for j in batch if j not in set(paid[st.remaining:])]
             got.update((r.example_id, r.score.value)
                        for r in await self._evaluate(child, [by_id[ids[j]] for j in batch]))
             done = set(batch)
@@ -573,6 +586,9 @@ class Engine:
             if verdict.decision == "cut" and verdict.by is not None:
                 self._raced(self._validating.pop(child.id), got, st.archive.front[verdict.by], verdict.losses)
                 return None
+            if not st.remaining:  # the tail ran out undecided: the child stays a partial candidate
+                raise _OutOfBudget(f"budget: spent; the last child's validation is partial ({len(got)} of "
+                                   f"{len(ids)} examples, neither cut nor complete)")
             batch = (todo if verdict.decision == "sure" else todo[:chunk] if confidence is not None
                      else racing.next_chunk(todo, front, run, scores, chunk))
 
