@@ -62,6 +62,10 @@ GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     # noise-aware acceptance: a tie (within the tolerance) is tested again on fresh examples
     "gepetto-paired": {"accept": "paired"},
     "gepetto-paired-0.34": {"accept": "paired", "accept_tolerance": 0.34},  # one example in three is a tie
+    # the issue-15 features on top of the real track's best configuration (edit + few-shot), one at a time
+    "gepetto-edit-fewshot-racing": {"proposer": "edit", "fewshot": 4, "racing": True},
+    "gepetto-edit-fewshot-adaptive-merge": {"proposer": "edit", "fewshot": 4, "adaptive_merge": True},
+    "gepetto-edit-fewshot-paired": {"proposer": "edit", "fewshot": 4, "accept": "paired"},
 }
 ALL_SYSTEMS = (*SYSTEMS, *GEPETTO_VARIANTS)
 
