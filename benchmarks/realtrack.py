@@ -3,6 +3,7 @@
 Usage:
   python benchmarks/realtrack.py headroom [--tasks ...]                    # baseline / seed / expert on val+test
   python benchmarks/realtrack.py optimize --proposer edit --seeds 0 1 2 [--tasks ...] [--budget 300] [--fewshot 4]
+  python benchmarks/realtrack.py optimize ... --set racing=true --run-suffix NAME  # any engine option, as JSON
 
 Every task keeps one fixed split (data seed 0: CLINC150's / SNIPS' own train, val and test files); the
 optimisation seed varies. Runs are stored and resumable in --storage (run name `rt-TASK-PROPOSER-sSEED`,
@@ -74,10 +75,11 @@ def run_name(task: str, proposer: str, seed: int, fewshot: int = 0, suffix: str 
 
 
 def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
-             extra: dict[str, Any], fewshot: int = 0) -> dict[str, Any]:
+             extra: dict[str, Any], fewshot: int = 0, options: dict[str, Any] | None = None) -> dict[str, Any]:
     task = _task(name)
     cfg = load_config(task=name, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, seed=seed, budget=budget,
-                      max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED}, fewshot=fewshot)
+                      max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED}, fewshot=fewshot,
+                      **(options or {}))
     counts: dict[str, int] = {"reflections": 0, "usable": 0, "demos_tested": 0, "demos_accepted": 0}
 
     def on_event(event: ev.Event) -> None:
@@ -98,8 +100,9 @@ def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
     seconds = time.perf_counter() - t0
     lm = CachedLM(make_lm(TASK_LM), storage)
     best_test = asyncio.run(_score(task, result.best_candidate, task.testset, lm))
-    return {"kind": "run", "task": name, "proposer": proposer, "fewshot": fewshot, "seed": seed, "budget": budget,
-            "rollouts": result.rollouts_used, "seed_val": result.seed_score, "best_val": result.best_score,
+    return {"kind": "run", "task": name, "proposer": proposer, "fewshot": fewshot, "options": options or {},
+            "seed": seed, "budget": budget, "rollouts": result.rollouts_used, "seed_val": result.seed_score,
+            "best_val": result.best_score,
             "best_test": best_test, "candidates": len(result.candidates),
             "proposals": {str(k): v for k, v in result.proposals.items()},
             "reflections": counts["reflections"], "usable": counts["usable"],
@@ -110,8 +113,9 @@ def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
 
 
 def _variant(row: dict[str, Any]) -> str:
-    """How a run is named in the tables: its proposer, and `+fewshot N` with demonstrations."""
-    return row["proposer"] + (f" +fewshot {row['fewshot']}" if row.get("fewshot") else "")
+    """How a run is named in the tables: its proposer, `+fewshot N` with demonstrations, and any --set option."""
+    return (row["proposer"] + (f" +fewshot {row['fewshot']}" if row.get("fewshot") else "")
+            + "".join(f" +{k}={v}" for k, v in sorted(row.get("options", {}).items())))
 
 
 def table(log: Path) -> str:
@@ -166,6 +170,16 @@ def table(log: Path) -> str:
     return "\n".join(out)
 
 
+def _option(item: str) -> tuple[str, Any]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set wants KEY=VALUE, got {item!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value  # a bare string, e.g. accept=paired
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["headroom", "optimize", "table"])
@@ -178,6 +192,8 @@ def main() -> None:
     ap.add_argument("--run-suffix", default="", help="appended to stored run names (a new run, not a resume)")
     ap.add_argument("--label", default="", help="names this variant in the tables (e.g. the commit)")
     ap.add_argument("--fewshot", type=int, default=0, help="few-shot demonstrations per component (0: none)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an engine option for `optimize`, VALUE read as JSON (e.g. racing=true); repeatable")
     ap.add_argument("--threads", type=int, default=None,
                     help="llama.cpp threads per model (default 2; 1 when two runs share 2 cores)")
     args = ap.parse_args()
@@ -185,13 +201,15 @@ def main() -> None:
         global TASK_LM, REFLECTION_LM
         TASK_LM, REFLECTION_LM = (f"{lm}?n_threads={args.threads}" for lm in (TASK_LM, REFLECTION_LM))
     log, storage = Path(args.log), Path(args.storage)
+    options = dict(_option(item) for item in args.set)
     if args.what == "table":
         print(table(log))
         return
     for name in args.tasks:
         for seed in args.seeds if args.what == "optimize" else [None]:
             row = headroom(name, storage) if seed is None else optimize(
-                name, args.proposer, seed, args.budget, storage, {"run_suffix": args.run_suffix}, args.fewshot)
+                name, args.proposer, seed, args.budget, storage, {"run_suffix": args.run_suffix}, args.fewshot,
+                options)
             row["label"] = args.label
             row["command"] = "python benchmarks/realtrack.py " + " ".join(sys.argv[1:])
             row["date"] = time.strftime("%Y-%m-%d %H:%M")
