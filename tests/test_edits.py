@@ -222,3 +222,54 @@ def test_expected_answer_follows_the_intents_pattern():
     assert edits.expected_answer("answered apr, expected out_of_scope") == "out_of_scope"
     assert edits.expected_answer("not a valid intent name") == ""
     assert not edits.names_answer("answer aprs", "apr") and edits.names_answer("answer APR.", "apr")
+
+
+def test_positives_are_other_inputs_with_the_right_answer_solved_first():
+    rollouts = [_rollout("f1", 0.0, "answered apr, expected credit_limit", output="apr"),
+                _rollout("m1", 0.0, "answered credit_score, expected credit_limit", output="credit_score"),
+                _rollout("s1", 1.0, output="Credit_Limit."), _rollout("s2", 1.0, output="apr"),
+                _rollout("s1", 1.0, output="credit_limit"),  # the same example run by another candidate: once
+                _rollout("m2", 0.0, "answered apr, expected credit_score", output="apr")]
+    got = edits.positives(rollouts, "credit_limit", {"f1"}, 1.0, random.Random(0))
+    assert [r.example_id for r in got] == ["s1", "m1"]  # solved first, then missed; never f1, s2 or m2
+    assert edits.positives(rollouts, "credit_limit", {"f1"}, 1.0, random.Random(0), k=1)[0].example_id == "s1"
+
+
+def test_a_confusion_prompt_shows_the_right_answers_other_inputs_and_asks_when_to_answer_it():
+    evidence = [_rollout("f1", 0.0, "answered balance, expected bill_balance", output="balance"),
+                _rollout("s1", 1.0, output="balance")]
+    focus = edits.choose_focus(evidence, 1.0, {}, random.Random(0))
+    focus = edits.Focus(focus.pattern, 1, focus.failures, focus.contrast, [_rollout("p1", 1.0, output="bill_balance")])
+    user = edits.build_edit_prompt("Classify.", focus, "instruction", [])[-1]["content"]
+    assert "These inputs also have the right answer bill_balance:\n\nInput: input p1\n" in user
+    assert "says when to answer bill_balance" in user and "answer bill_balance.\"" in user
+    assert "replaces" not in user
+    user = edits.build_edit_prompt("Classify.\n- If it asks what is owed, answer bill_balance.", focus,
+                                   "instruction", [])[-1]["content"]
+    assert "replaces the instruction's rule line for bill_balance" in user
+
+
+def test_a_rule_replaces_the_line_that_names_its_answer_else_it_is_appended():
+    text = "Classify.\n- If it asks what is owed, answer bill_balance.\n- If it asks for the PIN, answer pin_change."
+    new = "If the customer asks how much a bill is, answer bill_balance."
+    assert edits.apply_rule(text, new, "bill_balance") == (
+        f"Classify.\n- {new}\n- If it asks for the PIN, answer pin_change.")
+    assert edits.apply_rule(text, "If it asks the due date, answer bill_due.", "bill_due").endswith(
+        "pin_change.\n- If it asks the due date, answer bill_due.")
+    assert edits.apply_rule("Answer bill_balance or bill_due.", new, "bill_balance").endswith(f"\n- {new}")
+    assert edits.apply_rule(text, new) == f"{text}\n- {new}"  # no answer named: appended, as for any pattern
+
+
+def test_the_gate_keeps_solved_cases_of_both_answers_in_turn():
+    evidence = ([_rollout(f"f{i}", 0.0, "answered balance, expected bill_balance", output="balance")
+                 for i in range(3)]
+                + [_rollout(f"x{i}", 1.0, output="balance") for i in range(3)]
+                + [_rollout(f"y{i}", 1.0, output="bill_balance") for i in range(3)])
+    focus = edits.choose_focus(evidence, 1.0, {}, random.Random(0))
+    like = edits.positives([*evidence, _rollout("elsewhere", 1.0, output="bill_balance")], "bill_balance",
+                           {r.example_id for r in focus.failures}, 1.0, random.Random(0), k=5)
+    focus = edits.Focus(focus.pattern, focus.count, focus.failures, focus.contrast, like)
+    ids = edits.gate_batch(focus, evidence, 1.0, 3, 3, random.Random(0))
+    solved = ids[3:]
+    assert [i[0] for i in solved] == ["x", "y", "x"]  # the wrongly given answer's case, the right one's, ...
+    assert "elsewhere" not in ids  # the parent never ran it: it would cost a rollout the test has no room for

@@ -9,8 +9,12 @@ shown that mistake several times, next to cases that must not change. So an edit
    weighted by how often it occurs, skipping patterns whose rules already failed twice on this parent;
 3. asks for ONE rule that fixes it, showing a few of its failures, a few solved contrast cases and the
    rules already tried for it; the answer is a sentence or two, fast to decode even on a CPU;
-4. appends the rule to the component's text (the child), and gates it on the focus failures *and* on
-   solved examples, so a rule that breaks easy cases is rejected before a validation pass is paid.
+   when the pattern names the right answer ("answered X, expected Y"), it also shows other inputs whose right
+   answer is Y (from any candidate's paid training rollouts) and asks for a rule that describes them all:
+   a definition of when to answer Y, not a patch for the few inputs it failed on;
+4. appends the rule to the component's text (the child), or replaces the rule line that already names Y (one
+   rule per answer, sharpened instead of piled up), and gates it on the focus failures *and* on solved
+   examples (cases of X and of Y), so a rule that breaks easy cases is rejected before validation is paid.
 
 Pure functions here; the loop (engine/loop.py) pays for rollouts and asks the reflection LM.
 
@@ -22,8 +26,9 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import zip_longest
 
 from gepetto.engine.reflect import (
     _CHAT_ASKS,
@@ -67,6 +72,28 @@ class Focus:
     count: int
     failures: list[Rollout]
     contrast: list[Rollout]
+    positives: list[Rollout] = field(default_factory=list)  # other inputs whose right answer is the pattern's
+
+
+def positives(rollouts: Iterable[Rollout], answer: str, exclude: set[str], perfect: float, rng: random.Random,
+              k: int = 4) -> list[Rollout]:
+    """Up to `k` rollouts, one per example outside `exclude`, whose right answer is `answer`: solved with an
+    output naming it, or failed with a pattern "answered X, expected <answer>" (the right answer is a property of
+    the example, so any candidate's rollout shows it). Solved ones come first; the draw depends on `rng` only."""
+    solved: dict[str, Rollout] = {}
+    missed: dict[str, Rollout] = {}
+    for r in rollouts:
+        if r.example_id in exclude:
+            continue
+        if r.score.value >= perfect and names_answer(_text(r.output), answer):
+            solved.setdefault(r.example_id, r)
+        elif r.score.value < perfect and expected_answer(r.score.pattern or "").lower() == answer.lower():
+            missed.setdefault(r.example_id, r)
+    firsts = [solved[i] for i in sorted(solved)]
+    rests = [missed[i] for i in sorted(missed) if i not in solved]
+    rng.shuffle(firsts)
+    rng.shuffle(rests)
+    return (firsts + rests)[:k]
 
 
 def choose_focus(
@@ -125,6 +152,11 @@ def build_edit_prompt(current: str, focus: Focus, component: str, tried_rules: S
     ]
     for ex in fails:
         parts.append(f"Input: {ex.inputs}\n{_answer(ex)}: {ex.output}\nFeedback: {ex.feedback}\n")
+    answer = expected_answer(focus.pattern)
+    if answer and focus.positives:
+        parts.append(f"These inputs also have the right answer {answer}:\n")
+        for r in focus.positives:
+            parts.append(f"Input: {shown(r, component, 300, by_id.get(r.example_id)).inputs}\n")
     if goods:
         parts.append("It already answers these correctly, and they must stay right:\n")
         for ex in goods:
@@ -132,12 +164,22 @@ def build_edit_prompt(current: str, focus: Focus, component: str, tried_rules: S
     if tried_rules:
         parts.append("Rules already tried for this mistake that did not help (write a different one):\n"
                      + "\n".join(f"- {r}" for r in tried_rules) + "\n")
-    parts.append(
-        f"Write ONE short rule (one sentence, at most 40 words) that fixes this mistake: {focus.pattern}. "
-        'Use the form "If <what such an input says or asks>, <what to answer or do>." Describe that kind of '
-        "input in general words; do not copy the inputs and do not repeat rules the instruction already has. "
-        f"Write only the rule, between {RULE_OPEN} and {RULE_CLOSE}."
-    )
+    if answer:
+        parts.append(
+            f"Write ONE short rule (one sentence, at most 40 words) that says when to answer {answer}. Use the "
+            f'form "If <what such an input says or asks>, answer {answer}." Describe in general words what the '
+            f"inputs whose right answer is {answer} have in common and what sets them apart from the others; do "
+            f"not copy the inputs. Write only the rule, between {RULE_OPEN} and {RULE_CLOSE}."
+        )
+        if rule_line(current, answer) is not None:
+            parts.append(f"Your rule replaces the instruction's rule line for {answer}: make it cover those cases too.")
+    else:
+        parts.append(
+            f"Write ONE short rule (one sentence, at most 40 words) that fixes this mistake: {focus.pattern}. "
+            'Use the form "If <what such an input says or asks>, <what to answer or do>." Describe that kind of '
+            "input in general words; do not copy the inputs and do not repeat rules the instruction already has. "
+            f"Write only the rule, between {RULE_OPEN} and {RULE_CLOSE}."
+        )
     if limit:
         room = max(limit - len(current) - 3, 0)
         parts.append(f"The instruction may be at most {limit} characters long with the rule: keep the rule under "
@@ -235,16 +277,35 @@ def retry_hint(why: str, pattern: str) -> str:
     return f"{reasons.get(why, f'That answer was not usable ({why}).')} {ask}"
 
 
-def apply_rule(current: str, rule: str) -> str:
-    """The child's text: the rule appended as a bullet line (a rules list grows at the end)."""
-    return f"{current.rstrip()}\n- {rule}"
+def apply_rule(current: str, rule: str, answer: str = "") -> str:
+    """The child's text: the rule as a bullet line, in place of the first bullet line that names `answer` (one
+    rule per answer, sharpened), else appended (a rules list grows at the end)."""
+    lines = current.rstrip().split("\n")
+    at = rule_line(current, answer)
+    if at is None:
+        return "\n".join([*lines, f"- {rule}"])
+    lines[at] = f"- {rule}"
+    return "\n".join(lines)
+
+
+def rule_line(current: str, answer: str) -> int | None:
+    """The index of the first bullet line of `current` that names `answer` (None: none, or no answer)."""
+    if answer:
+        for i, line in enumerate(current.rstrip().split("\n")):
+            if line.startswith("- ") and names_answer(line, answer):
+                return i
+    return None
 
 
 def gate_batch(focus: Focus, evidence: Sequence[Rollout], perfect: float, n_fail: int, n_solved: int,
                rng: random.Random) -> list[str]:
-    """Example ids the child is tested on: focus failures, then solved cases (contrast first)."""
+    """Example ids the child is tested on: focus failures, then solved cases (contrast and solved positives in
+    turn, so a rule must keep both the wrongly given answer's cases and the right answer's)."""
     ids = [r.example_id for r in focus.failures[:n_fail]]
-    solved = [r.example_id for r in focus.contrast]
+    solved_here = {r.example_id for r in evidence if r.score.value >= perfect}  # known: no parent rollout to pay
+    like = [r.example_id for r in focus.positives if r.example_id in solved_here]
+    solved = list(dict.fromkeys(i for pair in zip_longest([r.example_id for r in focus.contrast], like)
+                                for i in pair if i is not None))
     rest = sorted(r.example_id for r in evidence if r.score.value >= perfect and r.example_id not in solved)
     rng.shuffle(rest)
     ids += (solved + rest)[:n_solved]

@@ -222,6 +222,12 @@ class Edit:
         if focus is None:
             request.count(Outcome.NO_OPEN_MISTAKE)
             return None
+        answer = edits.expected_answer(focus.pattern)
+        if answer:  # other inputs with that right answer, from any candidate's paid training rollouts
+            train_ids = {e.id for e in request.trainset}
+            others = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in train_ids]
+            focus = replace(focus, positives=edits.positives(
+                [*evidence, *others], answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng))
         rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
         if rule is None:
             return None
@@ -236,8 +242,8 @@ class Edit:
             else:
                 tried.setdefault(focus.pattern, []).append(rule)
 
-        return Proposal({component: demos.join(edits.apply_rule(instruction, rule), kept)}, gate, rule, focus.pattern,
-                        verdict)
+        return Proposal({component: demos.join(edits.apply_rule(instruction, rule, answer), kept)}, gate, rule,
+                        focus.pattern, verdict)
 
     async def _ask_rule(self, request: ProposalRequest, component: str, focus: edits.Focus, tried_rules: list[str]
                         ) -> str | None:
@@ -260,9 +266,10 @@ class Edit:
             if out is None:
                 continue
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
-            if not why and limit and len(edits.apply_rule(current, rule)) > limit:
+            child_text = edits.apply_rule(current, rule, edits.expected_answer(focus.pattern))
+            if not why and limit and len(child_text) > limit:
                 why = "over the length budget"
-            if not why and request.tried(parent.replace(component, demos.join(edits.apply_rule(current, rule), kept))):
+            if not why and request.tried(parent.replace(component, demos.join(child_text, kept))):
                 why = "already tried"
             rejected = Outcome.rejected(why) if why else None
             request.emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
