@@ -273,3 +273,27 @@ def test_the_gate_keeps_solved_cases_of_both_answers_in_turn():
     solved = ids[3:]
     assert [i[0] for i in solved] == ["x", "y", "x"]  # the wrongly given answer's case, the right one's, ...
     assert "elsewhere" not in ids  # the parent never ran it: it would cost a rollout the test has no room for
+
+
+def test_several_rules_per_proposal_share_one_validation():
+    """edit_rules=3: each proposal asks for rules for three different patterns; the child carries them all and is
+    tested on failures of each, so the optimum needs fewer validated children than one rule at a time."""
+    import asyncio
+
+    task = sim.task(n_train=16, n_val=8, kinds=4)
+    tested = []
+
+    def run(k):
+        engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                              program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(_rule_writer),
+                              budget=300, proposer="edit", use_merge=False, edit_rules=k,
+                              callbacks=[lambda e: tested.append((k, e)) if type(e).__name__ == "ProposalTested"
+                                         else None])
+        return asyncio.run(engine.run())
+
+    one, three = run(1), run(3)
+    assert one.best_score == three.best_score == 1.0
+    assert len(three.candidates) < len(one.candidates)
+    multi = [e for k, e in tested if k == 3 and e.rule and e.rule.count("\n") >= 1]
+    assert multi and all(len(set(e.pattern.split("; "))) == e.rule.count("\n") + 1 for e in multi)
+    assert max(len(re.findall(r"^- Apply", e.text, re.M)) for e in multi) >= 2  # several rules in one child

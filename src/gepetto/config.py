@@ -181,6 +181,8 @@ class EngineConfig(_Options):
     gate_solved: int = _field(3, "Solved examples added to a child's test, so rules that break them fail.",
                               EDIT, ge=0)
     rule_max_tokens: int = _field(90, "Longest rule answer (tokens).", EDIT, ge=1)
+    edit_rules: int = _field(1, "Rules per edit proposal, each for another failure pattern; the child is tested on "
+                             "every pattern's failures and on solved cases, and validated once for all.", EDIT, ge=1)
     # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text
     fewshot: int = _field(0, "Most demonstrations (solved training examples) per component; 0: none. A share of "
                           "proposals adds one instead of asking reflection.", EDIT, ge=0)

@@ -98,15 +98,16 @@ def positives(rollouts: Iterable[Rollout], answer: str, exclude: set[str], perfe
 
 def choose_focus(
     evidence: Sequence[Rollout], perfect: float, tried: dict[str, list[str]], rng: random.Random,
-    *, max_failures: int = 4, max_contrast: int = 3, max_tries: int = 2,
+    *, max_failures: int = 4, max_contrast: int = 3, max_tries: int = 2, skip: Sequence[str] = (),
 ) -> Focus | None:
-    """Pick a failure pattern (weighted by frequency, skipping exhausted ones) and the examples to show."""
+    """Pick a failure pattern (weighted by frequency, skipping exhausted ones and those in `skip`) and the
+    examples to show."""
     failures = [r for r in evidence if r.score.value < perfect]
     solved = [r for r in evidence if r.score.value >= perfect]
     groups: dict[str, list[Rollout]] = {}
     for r in failures:
         groups.setdefault(pattern_of(r), []).append(r)
-    open_groups = {p: rs for p, rs in groups.items() if len(tried.get(p, [])) < max_tries}
+    open_groups = {p: rs for p, rs in groups.items() if len(tried.get(p, [])) < max_tries and p not in skip}
     if not open_groups:
         return None
     names = sorted(open_groups)  # sorted: the draw depends on the rng only, never on dict order
@@ -297,21 +298,24 @@ def rule_line(current: str, answer: str) -> int | None:
     return None
 
 
-def gate_batch(focus: Focus, evidence: Sequence[Rollout], perfect: float, n_fail: int, n_solved: int,
-               rng: random.Random) -> list[str]:
-    """Example ids the child is tested on: focus failures, then solved cases (contrast and solved positives in
-    turn, so a rule must keep both the wrongly given answer's cases and the right answer's)."""
-    ids = [r.example_id for r in focus.failures[:n_fail]]
+def gate_batch(focus: Focus | Sequence[Focus], evidence: Sequence[Rollout], perfect: float, n_fail: int,
+               n_solved: int, rng: random.Random) -> list[str]:
+    """Example ids the child is tested on: each focus' failures (`n_fail` each), then `n_solved` solved cases
+    (each focus' contrast and solved positives in turn, so a rule must keep both the wrongly given answer's cases
+    and the right answer's)."""
+    foci = [focus] if isinstance(focus, Focus) else list(focus)
+    ids = list(dict.fromkeys(r.example_id for f in foci for r in f.failures[:n_fail]))
     solved_here = {r.example_id for r in evidence if r.score.value >= perfect}  # known: no parent rollout to pay
-    like = [r.example_id for r in focus.positives if r.example_id in solved_here]
-    solved = list(dict.fromkeys(i for pair in zip_longest([r.example_id for r in focus.contrast], like)
-                                for i in pair if i is not None))
+    sources = [ids_ for f in foci for ids_ in ([r.example_id for r in f.contrast],
+                                                [r.example_id for r in f.positives if r.example_id in solved_here])]
+    solved = [i for i in dict.fromkeys(i for turn in zip_longest(*sources) for i in turn if i is not None)
+              if i not in ids]
     rest = sorted(r.example_id for r in evidence if r.score.value >= perfect and r.example_id not in solved)
     rng.shuffle(rest)
-    ids += (solved + rest)[:n_solved]
-    if len(ids) < n_fail + n_solved:  # few solved cases: fill with other failures
+    ids += [i for i in solved + rest if i not in ids][:n_solved]
+    want = n_fail * len(foci) + n_solved
+    if len(ids) < want:  # few solved cases: fill with other failures
         others = sorted(r.example_id for r in evidence if r.example_id not in ids)
         rng.shuffle(others)
-        ids += others[: n_fail + n_solved - len(ids)]
+        ids += others[: want - len(ids)]
     return ids
-

@@ -175,11 +175,15 @@ class Edit:
     """One rule for one frequent mistake of the parent (engine/edits.py), tested on that mistake's failures and
     on solved cases. The parent first runs on training examples it has not run yet (its evidence grows); a
     described component (an artifact) is rewritten whole instead, on the sampler's minibatch. Rules that did not
-    help are remembered per parent and component (in `state.memory`), and inherited by an accepted child."""
+    help are remembered per parent and component (in `state.memory`), and inherited by an accepted child.
+    With `edit_rules` = k > 1, one proposal asks for k rules, each for another pattern (and another right answer),
+    and the child is tested on ceil(minibatch_size / k) failures of each pattern plus the solved cases: one
+    validation pass for k rules."""
 
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
-        self.test_size = cfg.minibatch_size + cfg.gate_solved
+        self.per_focus = -(-cfg.minibatch_size // cfg.edit_rules)  # failures of each rule's pattern in the test
+        self.test_size = max(cfg.minibatch_size, self.per_focus * cfg.edit_rules) + cfg.gate_solved
         self.whole = Rewrite()
         self.walker = EpochShuffled(cfg.minibatch_size, cfg.seed, cfg.perfect_score)
 
@@ -217,33 +221,45 @@ class Edit:
         evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
         memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.setdefault("edit.rules_tried", {})
         tried = memory.setdefault((parent.id, component), {})
-        focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
-                                   max_contrast=cfg.gate_solved)
-        if focus is None:
-            request.count(Outcome.NO_OPEN_MISTAKE)
-            return None
-        answer = edits.expected_answer(focus.pattern)
-        if answer:  # other inputs with that right answer, from any candidate's paid training rollouts
-            train_ids = {e.id for e in request.trainset}
-            others = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in train_ids]
-            focus = replace(focus, positives=edits.positives(
-                [*evidence, *others], answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng))
-        rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
-        if rule is None:
-            return None
+        patterns = sorted({edits.pattern_of(r) for r in evidence if r.score.value < cfg.perfect_score})
         instruction, kept = parts(cfg, parent[component])
+        text, asked = instruction, []  # (focus, rule) of each rule in the child
+        for _ in range(cfg.edit_rules):  # each rule for another pattern, and another right answer
+            answers = {edits.expected_answer(f.pattern) for f, _ in asked} - {""}
+            skip = [p for p in patterns if any(p == f.pattern for f, _ in asked) or edits.expected_answer(p) in answers]
+            focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
+                                       max_contrast=cfg.gate_solved, skip=skip)
+            if focus is None:
+                if not asked:
+                    request.count(Outcome.NO_OPEN_MISTAKE)
+                break
+            answer = edits.expected_answer(focus.pattern)
+            if answer:  # other inputs with that right answer, from any candidate's paid training rollouts
+                train_ids = {e.id for e in request.trainset}
+                others = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in train_ids]
+                focus = replace(focus, positives=edits.positives(
+                    [*evidence, *others], answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng))
+            rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
+            if rule is not None:
+                text = edits.apply_rule(text, rule, answer)
+                asked.append((focus, rule))
+            elif cfg.edit_rules == 1:
+                return None
+        if not asked:
+            return None
         by_id = {e.id: e for e in request.trainset}
-        gate = [by_id[i] for i in edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size,
-                                                   cfg.gate_solved, rng)]
+        gate = [by_id[i] for i in edits.gate_batch([f for f, _ in asked], evidence, cfg.perfect_score,
+                                                   self.per_focus, cfg.gate_solved, rng)]
 
         def verdict(child: Candidate, accepted: bool) -> None:
             if accepted:  # rules that failed on the parent would fail on the child too: it inherits the memory
                 memory[(child.id, component)] = {p: list(r) for p, r in tried.items()}
             else:
-                tried.setdefault(focus.pattern, []).append(rule)
+                for focus, rule in asked:
+                    tried.setdefault(focus.pattern, []).append(rule)
 
-        return Proposal({component: demos.join(edits.apply_rule(instruction, rule, answer), kept)}, gate, rule,
-                        focus.pattern, verdict)
+        return Proposal({component: demos.join(text, kept)}, gate, "\n".join(r for _, r in asked),
+                        "; ".join(f.pattern for f, _ in asked), verdict)
 
     async def _ask_rule(self, request: ProposalRequest, component: str, focus: edits.Focus, tried_rules: list[str]
                         ) -> str | None:
