@@ -223,7 +223,8 @@ class Edit:
         tried = memory.setdefault((parent.id, component), {})
         patterns = sorted({edits.pattern_of(r) for r in evidence if r.score.value < cfg.perfect_score})
         instruction, kept = parts(cfg, parent[component])
-        text, asked = instruction, []  # (focus, rule) of each rule in the child
+        text = instruction
+        asked: list[tuple[edits.Focus, str]] = []  # (focus, rule) of each rule in the child
         for _ in range(cfg.edit_rules):  # each rule for another pattern, and another right answer
             answers = {edits.expected_answer(f.pattern) for f, _ in asked} - {""}
             skip = [p for p in patterns if any(p == f.pattern for f, _ in asked) or edits.expected_answer(p) in answers]
