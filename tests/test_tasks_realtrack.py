@@ -59,9 +59,9 @@ def test_clinc_answers_listing_labels_or_with_extra_words_score_zero():
     wrong = task.metric(ex, "bill_balance", [])
     assert wrong.value == 0.0 and wrong.pattern == "answered bill_balance, expected balance"
     assert normalize_label(" `Bill Balance` ") == "bill_balance"
-    invalid = task.metric(ex, "balance_inquiry", [])  # no label at all: grouped by the right answer
-    assert invalid.value == 0.0 and invalid.pattern == "answered no intent name, expected balance"
-    assert "not one of the intents" in invalid.feedback
+    invalid = task.metric(ex, "balance_inquiry", [])  # no label at all: one pattern, the right answer in the feedback
+    assert invalid.value == 0.0 and invalid.pattern == "not a valid intent name"
+    assert "not one of the intents" in invalid.feedback and "the right intent is balance" in invalid.feedback
 
 
 def test_clinc_expert_forms_carry_the_same_definitions():

@@ -5,8 +5,7 @@ intent name. Metric: exact label after light normalisation (case, quotes, a trai
 hyphens for underscores, a leading "intent:"); an answer that is not exactly one label scores 0 (an empty
 answer, `{}`, the message echoed back or a list of labels included). The feedback names the right label and,
 for a wrong label, the confusion (`Score.pattern` is "answered X, expected Y", so reflection can see which
-confusions are frequent; an answer that is no label at all is "answered no intent name, expected Y": grouped
-by the right answer, the edit proposer asks when to answer Y, as for a confusion).
+confusions are frequent).
 
 Splits come from CLINC150's own train / val / test files (so they never overlap): `n_train` training
 messages, `n_val` validation and `n_test` test messages, balanced over the intents (and, with
@@ -175,8 +174,7 @@ def make_metric(label_set: list[str]) -> Any:
                          pattern=f"answered {got}, expected {gold}")
         shown = str(output or "").strip().replace("\n", " ")[:80] or "(empty)"
         return Score(0.0, f"The answer {shown!r} is not one of the intents. Reply with exactly one intent name "
-                          f"from: {allowed}. Here the right intent is {gold}.",
-                     pattern=f"answered no intent name, expected {gold}")
+                          f"from: {allowed}. Here the right intent is {gold}.", pattern="not a valid intent name")
 
     return metric
 
