@@ -222,12 +222,17 @@ class Edit:
         memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.setdefault("edit.rules_tried", {})
         tried = memory.setdefault((parent.id, component), {})
         patterns = sorted({edits.pattern_of(r) for r in evidence if r.score.value < cfg.perfect_score})
+        known: list[Rollout] = []  # every candidate's paid training rollouts (the parent's first), read once
+        if any(edits.expected_answer(p) for p in patterns):
+            train_ids = {e.id for e in request.trainset}
+            known = [*evidence, *(r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in train_ids)]
         instruction, kept = parts(cfg, parent[component])
         text = instruction
         asked: list[tuple[edits.Focus, str]] = []  # (focus, rule) of each rule in the child
         for _ in range(cfg.edit_rules):  # each rule for another pattern, and another right answer
-            answers = {edits.expected_answer(f.pattern) for f, _ in asked} - {""}
-            skip = [p for p in patterns if any(p == f.pattern for f, _ in asked) or edits.expected_answer(p) in answers]
+            chosen = {f.pattern for f, _ in asked}
+            answers = {edits.expected_answer(p) for p in chosen} - {""}
+            skip = [p for p in patterns if p in chosen or edits.expected_answer(p) in answers]
             focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
                                        max_contrast=cfg.gate_solved, skip=skip)
             if focus is None:
@@ -235,17 +240,13 @@ class Edit:
                     request.count(Outcome.NO_OPEN_MISTAKE)
                 break
             answer = edits.expected_answer(focus.pattern)
-            if answer:  # other inputs with that right answer, from any candidate's paid training rollouts
-                train_ids = {e.id for e in request.trainset}
-                others = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in train_ids]
+            if answer:  # other inputs with that right answer: no rollout to pay
                 focus = replace(focus, positives=edits.positives(
-                    [*evidence, *others], answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng))
+                    known, answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng))
             rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
             if rule is not None:
                 text = edits.apply_rule(text, rule, answer)
                 asked.append((focus, rule))
-            elif cfg.edit_rules == 1:
-                return None
         if not asked:
             return None
         by_id = {e.id: e for e in request.trainset}
