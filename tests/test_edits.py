@@ -297,3 +297,28 @@ def test_several_rules_per_proposal_share_one_validation():
     multi = [e for k, e in tested if k == 3 and e.rule and e.rule.count("\n") >= 1]
     assert multi and all(len(set(e.pattern.split("; "))) == e.rule.count("\n") + 1 for e in multi)
     assert max(len(re.findall(r"^- Apply", e.text, re.M)) for e in multi) >= 2  # several rules in one child
+
+
+def test_a_pattern_no_usable_rule_came_for_is_not_asked_again_on_that_parent():
+    """A mistake the reflection LM writes no usable rule for (all attempts refused) is skipped for that parent and
+    the children that inherit its memory, so a frequent unanswerable pattern (CLINC's "not a valid intent name")
+    does not take the reflection calls of every later proposal."""
+    import asyncio
+
+    task = sim.task(n_train=16, n_val=8, kinds=4)
+    asked: list[tuple[str, str]] = []
+
+    def writer(messages, params):
+        user = messages[1]["content"]
+        if len(messages) == 2 and "need rule-0" in user:
+            current = user.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
+            asked.append((current, re.search(r"makes this mistake: (.*?) \(", user).group(1)))
+        return "<rule></rule>" if "need rule-0" in user else _rule_writer(messages, params)
+
+    engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
+                          task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(writer), budget=300, proposer="edit",
+                          use_merge=False)
+    res = asyncio.run(engine.run())
+    assert asked and len(asked) == len(set(asked))  # each (parent, pattern) asked once, never again
+    assert res.proposals.get("rejected: empty", 0) == len(asked) * 3  # its three attempts, no more
+    assert res.best_score > res.seed_score  # the other patterns' rules still came

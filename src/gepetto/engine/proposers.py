@@ -175,7 +175,8 @@ class Edit:
     """One rule for one frequent mistake of the parent (engine/edits.py), tested on that mistake's failures and
     on solved cases. The parent first runs on training examples it has not run yet (its evidence grows); a
     described component (an artifact) is rewritten whole instead, on the sampler's minibatch. Rules that did not
-    help are remembered per parent and component (in `state.memory`), and inherited by an accepted child.
+    help, and patterns no usable rule came for (every attempt refused), are remembered per parent and component
+    (in `state.memory`) and inherited by an accepted child: neither is asked for again.
     With `edit_rules` = k > 1, one proposal asks for k rules, each for another pattern (and another right answer),
     and the child is tested on ceil(minibatch_size / k) failures of each pattern plus the solved cases: one
     validation pass for k rules."""
@@ -221,6 +222,8 @@ class Edit:
         evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
         memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.setdefault("edit.rules_tried", {})
         tried = memory.setdefault((parent.id, component), {})
+        # patterns no usable rule came for on this parent (every attempt refused): not asked again
+        unanswered: set[str] = st.memory.setdefault("edit.unanswered", {}).setdefault((parent.id, component), set())
         patterns = sorted({edits.pattern_of(r) for r in evidence if r.score.value < cfg.perfect_score})
         known: list[Rollout] = []  # every candidate's paid training rollouts (the parent's first), read once
         if any(edits.expected_answer(p) for p in patterns):
@@ -232,7 +235,7 @@ class Edit:
         for _ in range(cfg.edit_rules):  # each rule for another pattern, and another right answer
             chosen = {f.pattern for f, _ in asked}
             answers = {edits.expected_answer(p) for p in chosen} - {""}
-            skip = [p for p in patterns if p in chosen or edits.expected_answer(p) in answers]
+            skip = [p for p in patterns if p in chosen or p in unanswered or edits.expected_answer(p) in answers]
             focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
                                        max_contrast=cfg.gate_solved, skip=skip)
             if focus is None:
@@ -244,7 +247,9 @@ class Edit:
                 focus = replace(focus, positives=edits.positives(
                     known, answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng))
             rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
-            if rule is not None:
+            if rule is None:
+                unanswered.add(focus.pattern)
+            else:
                 text = edits.apply_rule(text, rule, answer)
                 asked.append((focus, rule))
         if not asked:
@@ -256,6 +261,7 @@ class Edit:
         def verdict(child: Candidate, accepted: bool) -> None:
             if accepted:  # rules that failed on the parent would fail on the child too: it inherits the memory
                 memory[(child.id, component)] = {p: list(r) for p, r in tried.items()}
+                st.memory["edit.unanswered"][(child.id, component)] = set(unanswered)
             else:
                 for focus, rule in asked:
                     tried.setdefault(focus.pattern, []).append(rule)
