@@ -33,6 +33,7 @@ def test_ten_percent_of_lm_calls_failing_changes_nothing_but_the_ledger() -> Non
     assert {k: b[k] for k in SAME} == {k: a[k] for k in SAME}
     assert len(clean.candidates) > 2 and clean.rollouts_used > 90
     retries = flaky.ledger.total().retries
-    # every injected fault cost one retry (a client timeout on a busy machine may add one)
-    assert retries >= injected and clean.ledger.total().retries <= retries - injected
+    # every injected fault cost one retry; on a busy machine client timeouts add a few to either run (seen: 3 in
+    # the clean run under two benchmark processes), so the upper bound leaves room for them
+    assert injected <= retries <= injected + clean.ledger.total().retries + 5
     assert flaky.ledger.total().errors == 0  # none failed past the backend's retries
