@@ -361,8 +361,6 @@ class Engine:
         text = "\n\n".join(child[c] for c in proposal.texts)
         self._emit(ev.ProposalTested(plan.parent_idx, plan.component, text, sum(before), sum(after), accepted,
                                      proposal.rule, proposal.pattern, proposal.origin, retested or None))
-        if accepted and proposal.refine is not None:
-            child = self._refined(parent, child, proposal.refine(before[: len(test)], after[: len(test)]))
         if proposal.verdict is not None:
             proposal.verdict(child, accepted)
         if not accepted:
@@ -372,19 +370,6 @@ class Engine:
         origin = proposal.origin or "reflection"
         return child, await self._validate_child(child, (plan.parent_idx,), origin, plan.component,
                                                  plan.iteration), origin
-
-    def _refined(self, parent: Candidate, child: Candidate, texts: Mapping[str, str] | None) -> Candidate:
-        """The child a proposal's `refine` asks to validate instead of the tested one (a new text, claimed as
-        tried), else the tested child."""
-        if not texts:
-            return child
-        new = parent
-        for component, text in texts.items():
-            new = new.replace(component, text)
-        if new.id in self._tried:
-            return child
-        self._tried.add(new.id)
-        return new
 
     async def _accept(self, plan: _Plan, parent: Candidate, child: Candidate, test: list[Example],
                       before: list[float], after: list[float]) -> tuple[bool, int]:

@@ -69,10 +69,7 @@ class Proposal:
 
     `test_on`: the examples the child is tested on (default: the minibatch); the parent's rollouts on them must
     be known or fit the rollouts set aside (`Proposer.test_size`). `rule`/`pattern` go into the ProposalTested
-    event. `refine(before, after)` is called when the child passed its test, with the parent's and the child's
-    scores on `test_on` (in its order): it returns the texts of the child to validate instead (for example without
-    the parts the test showed useless), or None to validate the child as tested. `verdict(child, accepted)` is
-    called once the test has decided, with the child that will be validated. `origin` names how the child was
+    event. `verdict(child, accepted)` is called once the test has decided. `origin` names how the child was
     made, in its ProposalTested event and CandidateRecord ("demo" for a demonstration; None: "reflection").
     """
 
@@ -82,7 +79,6 @@ class Proposal:
     pattern: str | None = None
     verdict: Callable[[Candidate, bool], None] | None = None
     origin: str | None = None  # how the child was made, as its CandidateRecord says (None: "reflection")
-    refine: Callable[[Sequence[float], Sequence[float]], Mapping[str, str] | None] | None = None
 
 
 class Proposer(Protocol):
@@ -270,26 +266,8 @@ class Edit:
                 for focus, rule in asked:
                     tried.setdefault(focus.pattern, []).append(rule)
 
-        def refine(before: Sequence[float], after: Sequence[float]) -> dict[str, str] | None:
-            """Several rules passed together: keep those that fixed one of their own pattern's failures in the test;
-            the others are remembered as tried on the parent (the child is validated without them)."""
-            if len(asked) < 2:
-                return None
-            gained = {i for i, b, a in zip(gate_ids, before, after, strict=True) if a > b}
-            useful = [bool(gained & {r.example_id for r in f.failures[: self.per_focus]}) for f, _ in asked]
-            if not any(useful) or all(useful):
-                return None
-            kept_text = instruction
-            for (focus, rule), ok in zip(asked, useful, strict=True):
-                if ok:
-                    kept_text = edits.apply_rule(kept_text, rule, edits.expected_answer(focus.pattern))
-                else:
-                    tried.setdefault(focus.pattern, []).append(rule)
-            return {component: demos.join(kept_text, kept)}
-
-        gate_ids = [e.id for e in gate]
         return Proposal({component: demos.join(text, kept)}, gate, "\n".join(r for _, r in asked),
-                        "; ".join(f.pattern for f, _ in asked), verdict, refine=refine)
+                        "; ".join(f.pattern for f, _ in asked), verdict)
 
     async def _ask_rule(self, request: ProposalRequest, component: str, focus: edits.Focus, tried_rules: list[str]
                         ) -> str | None:
