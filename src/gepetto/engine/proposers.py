@@ -223,7 +223,8 @@ class Edit:
         memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.setdefault("edit.rules_tried", {})
         tried = memory.setdefault((parent.id, component), {})
         # patterns no usable rule came for on this parent (every attempt refused): not asked again
-        unanswered: set[str] = st.memory.setdefault("edit.unanswered", {}).setdefault((parent.id, component), set())
+        skipped: dict[tuple[str, str], set[str]] = st.memory.setdefault("edit.unanswered", {})
+        unanswered = skipped.setdefault((parent.id, component), set())
         patterns = sorted({edits.pattern_of(r) for r in evidence if r.score.value < cfg.perfect_score})
         known: list[Rollout] = []  # every candidate's paid training rollouts (the parent's first), read once
         if any(edits.expected_answer(p) for p in patterns):
@@ -261,7 +262,7 @@ class Edit:
         def verdict(child: Candidate, accepted: bool) -> None:
             if accepted:  # rules that failed on the parent would fail on the child too: it inherits the memory
                 memory[(child.id, component)] = {p: list(r) for p, r in tried.items()}
-                st.memory["edit.unanswered"][(child.id, component)] = set(unanswered)
+                skipped[(child.id, component)] = set(unanswered)
             else:
                 for focus, rule in asked:
                     tried.setdefault(focus.pattern, []).append(rule)
