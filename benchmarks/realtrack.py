@@ -75,15 +75,30 @@ def run_name(task: str, proposer: str, seed: int, fewshot: int = 0, suffix: str 
 
 
 def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
-             extra: dict[str, Any], fewshot: int = 0, options: dict[str, Any] | None = None) -> dict[str, Any]:
+             extra: dict[str, Any], fewshot: int = 0, options: dict[str, Any] | None = None,
+             events: Path | None = None) -> dict[str, Any]:
     task = _task(name)
     cfg = load_config(task=name, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, seed=seed, budget=budget,
                       max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED}, fewshot=fewshot,
                       **(options or {}))
+    run = run_name(name, proposer, seed, fewshot, extra.get("run_suffix") or "")
     counts: dict[str, int] = {"reflections": 0, "usable": 0, "demos_tested": 0, "demos_accepted": 0}
 
+    def note(kind: str, **data: Any) -> None:  # the proposals' story, for diagnosis (--events)
+        if events is not None:
+            with open(events, "a") as f:
+                f.write(json.dumps({"run": run, "kind": kind, **data}) + "\n")
+
     def on_event(event: ev.Event) -> None:
+        if isinstance(event, ev.ProposalTested):
+            note("test", parent=event.parent, rule=event.rule, pattern=event.pattern, origin=event.origin,
+                 before=event.minibatch_before, after=event.minibatch_after, accepted=event.accepted)
+        elif isinstance(event, ev.CandidateAdded):
+            rec = event.record
+            note("candidate", index=rec.index, parents=list(rec.parents), origin=rec.origin, mean=rec.mean,
+                 scores=rec.val_scores, rollouts=rec.rollouts_at_creation)
         if isinstance(event, ev.ReflectionAnswered):
+            note("reflection", rejected=event.rejected.value if event.rejected else None, text=event.text)
             counts["reflections"] += 1
             counts["usable"] += event.rejected is None
         elif isinstance(event, ev.ProposalTested) and event.origin == "demo":
@@ -95,7 +110,6 @@ def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
                   f"at {rec.rollouts_at_creation} rollouts", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    run = run_name(name, proposer, seed, fewshot, extra.get("run_suffix") or "")
     _, result = start_or_resume(cfg, storage=storage, run=run, callbacks=on_event)
     seconds = time.perf_counter() - t0
     lm = CachedLM(make_lm(TASK_LM), storage)
@@ -194,6 +208,8 @@ def main() -> None:
     ap.add_argument("--fewshot", type=int, default=0, help="few-shot demonstrations per component (0: none)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an engine option for `optimize`, VALUE read as JSON (e.g. racing=true); repeatable")
+    ap.add_argument("--events", default=None, help="append each proposal's test, reflection answer and validated "
+                    "candidate of `optimize` to this JSON-lines file (diagnosis)")
     ap.add_argument("--threads", type=int, default=None,
                     help="llama.cpp threads per model (default 2; 1 when two runs share 2 cores)")
     args = ap.parse_args()
@@ -209,7 +225,7 @@ def main() -> None:
         for seed in args.seeds if args.what == "optimize" else [None]:
             row = headroom(name, storage) if seed is None else optimize(
                 name, args.proposer, seed, args.budget, storage, {"run_suffix": args.run_suffix}, args.fewshot,
-                options)
+                options, Path(args.events) if args.events else None)
             row["label"] = args.label
             row["command"] = "python benchmarks/realtrack.py " + " ".join(sys.argv[1:])
             row["date"] = time.strftime("%Y-%m-%d %H:%M")

@@ -209,7 +209,8 @@ def test_outcome_labels_are_the_labels_shown_before():
     assert {o.value for o in Outcome} == {
         "accepted", "rejected: not better on minibatch", "rejected: already tried", "rejected: truncated",
         "rejected: empty", "rejected: unchanged", "rejected: chat reply", "rejected: copies our prompt markers",
-        "rejected: echoes the examples", "rejected: misses the right answer", "rejected: over the length budget",
+        "rejected: echoes the examples", "rejected: misses the right answer",
+        "rejected: describes another answer", "rejected: over the length budget",
         "rejected: raced out in validation", "reflection error",
         "skipped: parent perfect on minibatch",
         "skipped: no open mistake in the known training rollouts", "merge accepted", "merge rejected"}

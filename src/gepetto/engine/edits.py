@@ -215,6 +215,12 @@ def copies_pattern(rule: str, pattern: str) -> bool:
 _EXPECTED_RE = re.compile(r"^answered\s+\S.*,\s*expected\s+([\w.-]+)$", re.I)
 
 
+def wrong_answer(pattern: str) -> str:
+    """The answer the task LM gave in a confusion pattern "answered X, expected Y" (X), else ""."""
+    m = re.match(r"^answered\s+([\w.-]+),\s*expected\s", pattern, re.I)
+    return m.group(1) if m else ""
+
+
 def expected_answer(pattern: str) -> str:
     """The right answer a confusion pattern names: a metric's `Score.pattern` of the form "answered X,
     expected Y" (as tasks/intents.py writes them) gives Y; any other pattern gives ""."""
@@ -226,6 +232,55 @@ def names_answer(rule: str, answer: str) -> bool:
     """Whether the rule names `answer` (case-insensitive, as a whole word; "_" may be written as a space)."""
     words = [re.escape(w) for w in re.split(r"[_\s]+", answer) if w]
     return bool(re.search(r"(?<![\w])" + r"[_\s]+".join(words) + r"(?![\w])", rule, re.I))
+
+
+_NEGATED = re.compile(r"\b(?:not|never|no|none|rather than|instead of|unless|except|other than)\b[^,;.]*", re.I)
+_ANSWER_NAMED = re.compile(r"\banswer(?:\s+with)?\s+[\"'`]?(\w+(?:[.-]\w+)*)", re.I)
+_LABEL_STOPWORDS = frozenset({"a", "an", "and", "for", "in", "of", "on", "or", "the", "to"})
+
+
+def _label_words(label: str) -> set[str]:
+    return {w for w in re.split(r"[_\s.-]+", label.lower()) if w and w not in _LABEL_STOPWORDS}
+
+
+def _mentions(words: set[str], label_word: str) -> bool:
+    """Whether a label's word occurs among `words`, inflected or not ("cook" in "cooking", "reservations")."""
+    if len(label_word) < 4:
+        return label_word in words
+    stem = label_word[:5]
+    return any(w.startswith(stem) for w in words)
+
+
+def describes_another(rule: str, answer: str, others: Iterable[str], current: str = "") -> str:
+    """The answer among `others` that the rule's condition describes rather than its own `answer`, or "".
+
+    Small models often write a rule for the right answer Y in words of the answer the task LM wrongly gave
+    ("If the input asks for the cooking time of a dish, answer ingredient_substitution" for the pattern
+    "answered cook_time, expected ingredient_substitution"), or give two answers the same condition. With answers
+    that are names (intents, classes), that shows in the words: the condition (the rule without its negated
+    clauses, its answer clause and the answer names written as such) names more words of another answer's name
+    than of its own, counting only the words that tell the two apart and that the instruction's prose (outside
+    answer names) does not use for the whole task ("credit" in "credit card intents")."""
+    spaced = r"[_\s]+".join(map(re.escape, re.split(r"[_\s]+", answer)))
+    condition = re.sub(r"\banswer(?:\s+with)?\s+[\"'`]?" + spaced + r"(?![\w])", " ", _NEGATED.sub(" ", rule),
+                       flags=re.I)
+    for name in {answer, *others} - {""}:  # answers named as such are no description
+        condition = re.sub(r"(?<![\w])" + re.escape(name) + r"(?![\w])", " ", condition, flags=re.I)
+    words = set(re.findall(r"[a-z0-9]+", condition.lower()))
+    lines = [line for line in current.lower().split("\n") if not line.startswith("- ")]  # not the rules
+    prose = set(re.findall(r"[a-z0-9]+", re.sub(r"\b\w+_\w+\b", " ", "\n".join(lines))))
+    own = {w for w in _label_words(answer) if not _mentions(prose, w)}
+    for other in sorted(set(others) - {answer, ""}):
+        theirs = {w for w in _label_words(other) if not _mentions(prose, w)}
+        mine, its = own - theirs, theirs - own
+        if sum(_mentions(words, w) for w in its) > sum(_mentions(words, w) for w in mine):
+            return other
+    return ""
+
+
+def answers_named(text: str) -> list[str]:
+    """The answers the instruction's rule lines give ("- If ..., answer Z.")."""
+    return [m[-1] for line in text.split("\n") if line.startswith("- ") and (m := _ANSWER_NAMED.findall(line))]
 
 
 def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequence[Shown],
@@ -255,6 +310,8 @@ def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequenc
         return rule, "copies our prompt markers"
     if (answer := expected_answer(pattern)) and not names_answer(rule, answer):
         return rule, "misses the right answer"
+    if answer and describes_another(rule, answer, [wrong_answer(pattern), *answers_named(current)], current):
+        return rule, "describes another answer"
     if echo_fraction(rule, shown_examples) > 0.5:
         return rule, "echoes the examples"
     return rule, ""
@@ -273,16 +330,20 @@ def retry_hint(why: str, pattern: str) -> str:
         "chat reply": "Do not talk to me; write the rule for the assistant.",
         "misses the right answer": (f"The right answer here is {expected_answer(pattern)}; the rule must say "
                                     "when to answer it."),
+        "describes another answer": (f"That rule describes the inputs of another answer, not those of "
+                                     f"{expected_answer(pattern)}; describe what the inputs whose right answer is "
+                                     f"{expected_answer(pattern)} ask for."),
         "over the length budget": "That rule makes the instruction too long; write a shorter one.",
     }
     return f"{reasons.get(why, f'That answer was not usable ({why}).')} {ask}"
 
 
 def apply_rule(current: str, rule: str, answer: str = "") -> str:
-    """The child's text: the rule as a bullet line, in place of the first bullet line that names `answer` (one
-    rule per answer, sharpened), else appended (a rules list grows at the end)."""
+    """The child's text: the rule as a bullet line, in place of the first bullet line that names `answer` (or,
+    with no `answer`, the answer the rule gives: "..., answer Z."), so there is one rule per answer, sharpened;
+    else appended (a rules list grows at the end)."""
     lines = current.rstrip().split("\n")
-    at = rule_line(current, answer)
+    at = rule_line(current, answer or next(iter(answers_named(f"- {rule}")), ""))
     if at is None:
         return "\n".join([*lines, f"- {rule}"])
     lines[at] = f"- {rule}"
