@@ -380,3 +380,123 @@ def test_the_answers_a_pattern_and_the_rule_lines_name():
     assert edits.wrong_answer("not a valid intent name") == ""
     assert edits.answers_named(KITCHEN + '\n- If it asks for a recipe, the assistant should answer with "recipe".'
                                ) == ["confirm_reservation", "recipe"]
+
+
+TOPICS = {"alpha": "apples", "beta": "boats", "gamma": "guitars", "delta": "deserts", "omega": "owls"}
+
+
+def _topic_task():
+    """Messages about one topic each; the right answer is the topic's label. The scripted task LM answers a
+    message's label only when the instruction has a rule line naming its topic (else it says "alpha")."""
+    from gepetto.program import single_instruction
+    from gepetto.tasks.intents import make_metric
+    from gepetto.types import Candidate, Example
+
+    def examples(split, n):
+        return [Example({"message": f"{split} {i}: tell me about {TOPICS[lab]}"}, gold=lab, id=f"{split}-{lab}-{i}")
+                for i in range(n) for lab in sorted(TOPICS)]
+
+    def task_lm(messages, params):
+        system, user = messages[0]["content"], messages[-1]["content"]
+        for lab, topic in TOPICS.items():
+            if topic in user and re.search(rf"^- .*\b{topic}\b.*answer {lab}\.$", system, re.M):
+                return lab
+        return "alpha"
+
+    seed = Candidate(instruction=f"Classify the message: {', '.join(sorted(TOPICS))}. Reply with the label only.")
+    return seed, examples("train", 4), examples("val", 2), make_metric(sorted(TOPICS)), single_instruction(), task_lm
+
+
+def _definition_writer(messages, params):
+    """A scripted reflection LM: a first-draft request gets a rule naming the topic its inputs share; an edit
+    request gets nothing usable."""
+    user = messages[1]["content"]
+    m = re.search(r"These inputs have the right answer (\w+):\n(.*?)\n\n", user, re.S)
+    if not m or "makes this mistake" in user:
+        return "<rule></rule>"
+    topics = {t for t in TOPICS.values() if t in m.group(2)}
+    return f"<rule>If the message is about {topics.pop()}, answer {m.group(1)}.</rule>"
+
+
+def test_a_first_draft_writes_one_rule_per_right_answer_and_is_validated_once():
+    """definitions=n: the first proposal runs the seed on n training examples and drafts one rule per right answer
+    seen failing there, each written from inputs whose right answer it is; one child carries them all."""
+    import asyncio
+
+    seed, train, val, metric, program, task_lm = _topic_task()
+    tested, answered = [], []
+
+    def on(event):
+        if type(event).__name__ == "ProposalTested":
+            tested.append(event)
+        elif type(event).__name__ == "ReflectionAnswered":
+            answered.append(event)
+
+    def run(definitions):
+        tested.clear()
+        engine = build_engine(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
+                              reflection_lm=ScriptedLM(_definition_writer), budget=60, proposer="edit",
+                              use_merge=False, definitions=definitions, callbacks=[on])
+        return asyncio.run(engine.run())
+
+    without = run(0)
+    assert without.best_score == without.seed_score == 0.2  # edits alone get nothing usable here
+    res = run(20)
+    first = tested[0]
+    assert first.pattern == "first draft of the rules" and first.accepted
+    # the four answers the seed got wrong, each with one line; alpha (always right) gets none
+    assert sorted(first.rule.split("\n")) == sorted(f"If the message is about {TOPICS[lab]}, answer {lab}."
+                                                    for lab in ("beta", "delta", "gamma", "omega"))
+    assert res.best_score == 1.0 and len(res.candidates) == 2  # the seed and the draft: one validation
+    assert res.rollouts_used <= 60
+    drafted = [e for e in answered if "right answer" in e.raw or e.rejected is None]
+    assert len(drafted) >= 4
+
+
+def test_the_first_draft_goes_before_a_demonstration_and_only_once():
+    """With few-shot on, the first proposal is still the draft; later ones are edits or demonstrations."""
+    import asyncio
+
+    seed, train, val, metric, program, task_lm = _topic_task()
+    tested = []
+    engine = build_engine(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
+                          reflection_lm=ScriptedLM(lambda m, p: "<rule>If it rains, answer beta.</rule>"),
+                          budget=120, proposer="edit", use_merge=False, definitions=20, fewshot=2, fewshot_share=1.0,
+                          callbacks=[lambda e: tested.append(e) if type(e).__name__ == "ProposalTested" else None])
+    asyncio.run(engine.run())
+    assert tested[0].pattern == "first draft of the rules"
+    assert sum(e.pattern == "first draft of the rules" for e in tested) == 1
+    assert any(e.origin == "demo" for e in tested[1:])
+
+
+def test_a_run_with_a_first_draft_resumes_to_the_uninterrupted_result(tmp_path):
+    import gepetto
+    from gepetto.events import StopReason
+    from gepetto.store.sqlite import RunStore
+
+    seed, train, val, metric, program, task_lm = _topic_task()
+
+    def writer(messages, params):  # the draft's rules, then edits that sometimes help
+        user = messages[1]["content"]
+        if "makes this mistake" in user:
+            wanted = re.search(r"when to answer (\w+)", user)
+            return f"<rule>If the message is about {TOPICS[wanted.group(1)]}, answer {wanted.group(1)}.</rule>" \
+                if wanted and params["temperature"] > 0 else "<rule>If in doubt, answer alpha.</rule>"
+        return _definition_writer(messages, params) if "omega" not in user.split("right answer")[1][:8] else ""
+
+    def run(storage, stop=None):
+        return gepetto.optimize(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
+                                reflection_lm=ScriptedLM(writer), budget=120, seed=1, proposer="edit",
+                                definitions=12, fewshot=2, storage=storage, run="r", stop=stop)
+
+    whole = run(tmp_path / "whole.sqlite")
+    assert whole.best_score == 1.0 and len(whole.candidates) >= 3  # the draft, then an edit for what it left out
+    storage = tmp_path / "s.sqlite"
+    for k in (1, 2):
+        part = run(storage, stop=lambda s, k=k: f"iteration {k}" if s.iteration >= k else None)
+        assert part.stop_reason is StopReason.CONDITION
+    final = run(storage)
+    strip = ("wall_seconds", "ledger")
+    assert {k: v for k, v in final.to_dict().items() if k not in strip} == {
+        k: v for k, v in whole.to_dict().items() if k not in strip}
+    assert RunStore(storage).count_rollouts("r") == final.rollouts_used

@@ -183,6 +183,9 @@ class EngineConfig(_Options):
     rule_max_tokens: int = _field(90, "Longest rule answer (tokens).", EDIT, ge=1)
     edit_rules: int = _field(1, "Rules per edit proposal, each for another failure pattern; the child is tested on "
                              "every pattern's failures and on solved cases, and validated once for all.", EDIT, ge=1)
+    definitions: int = _field(0, "Edit proposer: the run's first proposal on a component runs the parent on up to "
+                              "this many training examples and drafts one rule per right answer seen there (from up "
+                              "to 4 of its inputs), all in one child; 0: off.", EDIT, ge=0)
     # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text
     fewshot: int = _field(0, "Most demonstrations (solved training examples) per component; 0: none. A share of "
                           "proposals adds one instead of asking reflection.", EDIT, ge=0)

@@ -188,6 +188,21 @@ def build_edit_prompt(current: str, focus: Focus, component: str, tried_rules: S
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(parts)}]
 
 
+def build_definition_prompt(current: str, answer: str, inputs: Sequence[str]) -> list[Message]:
+    """The request for the rule line of one answer in a first draft of the rules (EngineConfig.definitions):
+    inputs whose right answer it is, and the question what they have in common."""
+    shown = "".join(f"Input: {clip(text, 300)}\n" for text in inputs)
+    user = (
+        f"The assistant follows this instruction:\n<current_instruction>\n{current}\n</current_instruction>\n\n"
+        f"These inputs have the right answer {answer}:\n{shown}\n"
+        f"Write ONE short rule (one sentence, at most 40 words) that says when to answer {answer}. Use the form "
+        f'"If <what such an input says or asks>, answer {answer}." Describe in general words what the inputs whose '
+        f"right answer is {answer} have in common and what sets them apart from the others; do not copy the "
+        f"inputs. Write only the rule, between {RULE_OPEN} and {RULE_CLOSE}."
+    )
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
 def _answer(ex: Shown) -> str:
     return "Program's output" if ex.whole_run else "Assistant's answer"
 
@@ -272,7 +287,8 @@ def describes_another(rule: str, answer: str, others: Iterable[str], current: st
     own = {w for w in _label_words(answer) if not _mentions(prose, w)}
     for other in sorted(set(others) - {answer, ""}):
         theirs = {w for w in _label_words(other) if not _mentions(prose, w)}
-        mine, its = own - theirs, theirs - own
+        mine = {w for w in own if not any(_mentions({t}, w) or _mentions({w}, t) for t in theirs)}
+        its = {t for t in theirs if not any(_mentions({t}, w) or _mentions({w}, t) for w in own)}
         if sum(_mentions(words, w) for w in its) > sum(_mentions(words, w) for w in mine):
             return other
     return ""
@@ -284,7 +300,7 @@ def answers_named(text: str) -> list[str]:
 
 
 def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequence[Shown],
-             pattern: str = "") -> tuple[str, str]:
+             pattern: str = "", *, answer: str | None = None, others: Iterable[str] = ()) -> tuple[str, str]:
     """(rule, why rejected or ""): a rule worth a rollout is short, new, general and free of our markers
     (tags, headers, and the failure pattern's own label); when the pattern names the right answer
     ("answered X, expected Y"), the rule must name Y: small models often write the rule towards the wrong
@@ -308,19 +324,25 @@ def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequenc
         return rule, "chat reply"
     if has_scaffolding(rule) or (pattern and copies_pattern(rule, pattern)):
         return rule, "copies our prompt markers"
-    if (answer := expected_answer(pattern)) and not names_answer(rule, answer):
+    answer = expected_answer(pattern) if answer is None else answer
+    if answer and not names_answer(rule, answer):
         return rule, "misses the right answer"
-    if answer and describes_another(rule, answer, [wrong_answer(pattern), *answers_named(current)], current):
+    if answer and describes_another(rule, answer, [wrong_answer(pattern), *answers_named(current), *others],
+                                    current):
         return rule, "describes another answer"
     if echo_fraction(rule, shown_examples) > 0.5:
         return rule, "echoes the examples"
     return rule, ""
 
 
-def retry_hint(why: str, pattern: str) -> str:
-    """What the reflection LM is told after a refused rule, so the next attempt does not repeat it."""
+def retry_hint(why: str, pattern: str, *, answer: str | None = None) -> str:
+    """What the reflection LM is told after a refused rule, so the next attempt does not repeat it (`answer`: the
+    answer the rule is for when no pattern names it, as in a first draft of the rules)."""
+    answer = expected_answer(pattern) if answer is None else answer
     ask = (f"Write a different rule for this mistake ({pattern}), one sentence in the form \"If <what such an "
-           f"input says or asks>, <what to answer or do>.\", between {RULE_OPEN} and {RULE_CLOSE}.")
+           f"input says or asks>, <what to answer or do>.\", between {RULE_OPEN} and {RULE_CLOSE}." if pattern else
+           f"Write a different rule, one sentence in the form \"If <what such an input says or asks>, answer "
+           f"{answer}.\", between {RULE_OPEN} and {RULE_CLOSE}.")
     reasons = {
         "unchanged": "The instruction already says that, and the mistake still happens.",
         "already tried": "That rule was already tried and did not help.",
@@ -328,11 +350,9 @@ def retry_hint(why: str, pattern: str) -> str:
         "copies our prompt markers": ("That contains headers, tags or the mistake's label from my message; write "
                                       "only the rule itself, naming the right answer."),
         "chat reply": "Do not talk to me; write the rule for the assistant.",
-        "misses the right answer": (f"The right answer here is {expected_answer(pattern)}; the rule must say "
-                                    "when to answer it."),
-        "describes another answer": (f"That rule describes the inputs of another answer, not those of "
-                                     f"{expected_answer(pattern)}; describe what the inputs whose right answer is "
-                                     f"{expected_answer(pattern)} ask for."),
+        "misses the right answer": f"The right answer here is {answer}; the rule must say when to answer it.",
+        "describes another answer": (f"That rule describes the inputs of another answer, not those of {answer}; "
+                                     f"describe what the inputs whose right answer is {answer} ask for."),
         "over the length budget": "That rule makes the instruction too long; write a shorter one.",
     }
     return f"{reasons.get(why, f'That answer was not usable ({why}).')} {ask}"
@@ -351,12 +371,14 @@ def apply_rule(current: str, rule: str, answer: str = "") -> str:
 
 
 def rule_line(current: str, answer: str) -> int | None:
-    """The index of the first bullet line of `current` that names `answer` (None: none, or no answer)."""
-    if answer:
-        for i, line in enumerate(current.rstrip().split("\n")):
-            if line.startswith("- ") and names_answer(line, answer):
-                return i
-    return None
+    """The index of the bullet line of `current` that gives `answer` ("..., answer Z."), else of the first one that
+    names it (None: none, or no answer)."""
+    if not answer:
+        return None
+    lines = current.rstrip().split("\n")
+    bullets = [i for i, line in enumerate(lines) if line.startswith("- ")]
+    gives = [i for i in bullets if answers_named(lines[i])[-1:] == [answer]]
+    return next(iter(gives + [i for i in bullets if names_answer(lines[i], answer)]), None)
 
 
 def gate_batch(focus: Focus | Sequence[Focus], evidence: Sequence[Rollout], perfect: float, n_fail: int,

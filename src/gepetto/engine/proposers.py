@@ -179,7 +179,11 @@ class Edit:
     (in `state.memory`) and inherited by an accepted child: neither is asked for again.
     With `edit_rules` = k > 1, one proposal asks for k rules, each for another pattern (and another right answer),
     and the child is tested on ceil(minibatch_size / k) failures of each pattern plus the solved cases: one
-    validation pass for k rules."""
+    validation pass for k rules.
+    With `definitions` = n > 0, the run's first proposal on a component drafts the whole rules list instead: the
+    parent runs on up to n training examples, and every right answer seen there ("answered X, expected Y") gets
+    one rule written from up to 4 inputs whose right answer it is (`edits.build_definition_prompt`); one child,
+    tested and validated once. Later proposals sharpen those lines one answer at a time."""
 
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
@@ -195,16 +199,23 @@ class Edit:
                              "'round-robin' with it")
         return not (self.cfg.component_descriptions or {}).get(components[0])
 
+    def drafts(self, state: RunState, components: Sequence[str]) -> bool:
+        """Whether the next proposal on `components` is the first draft of the rules (`definitions`)."""
+        return bool(self.cfg.definitions) and self._edits(components) and (
+            components[0] not in state.memory.get("edit.drafted", []))
+
     def minibatch(self, state: RunState, parent: Candidate, components: Sequence[str], trainset: Sequence[Example]
                   ) -> list[Example] | None:
         """Training examples the parent has not run yet, in epoch order: `minibatch_size` of them, more while the
-        parent has fewer than `evidence_size` known training rollouts (None for an artifact: the sampler's)."""
+        parent has fewer than `evidence_size` known training rollouts, or than `definitions` before the first
+        draft (None for an artifact: the sampler's)."""
         cfg = self.cfg
         if not self._edits(components):
             return None
         n = len(trainset)
         known = sum(state.known(parent, e.id) is not None for e in trainset)
-        want = min(max(cfg.minibatch_size, cfg.evidence_size - known), n - known)
+        evidence = max(cfg.evidence_size, cfg.definitions if self.drafts(state, components) else 0)
+        want = min(max(cfg.minibatch_size, evidence - known), n - known)
         chosen: list[Example] = []
         for _ in range(n):
             if len(chosen) >= want:
@@ -219,6 +230,9 @@ class Edit:
         if not self._edits(request.components):
             return await self.whole.propose(request)
         (component,) = request.components
+        if self.drafts(st, request.components):
+            st.memory.setdefault("edit.drafted", []).append(component)
+            return await self._draft(request, component)
         evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
         memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.setdefault("edit.rules_tried", {})
         tried = memory.setdefault((parent.id, component), {})
@@ -269,6 +283,64 @@ class Edit:
 
         return Proposal({component: demos.join(text, kept)}, gate, "\n".join(r for _, r in asked),
                         "; ".join(f.pattern for f, _ in asked), verdict)
+
+    async def _draft(self, request: ProposalRequest, component: str) -> Proposal | None:
+        """The first draft of the rules list: one rule per right answer seen in the training rollouts (any
+        candidate's: the right answer belongs to the example), each from up to 4 inputs whose right answer it is;
+        the child is tested on one failure of as many answers as the test holds, plus solved cases."""
+        cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
+        by_id = {e.id: e for e in request.trainset}
+        known = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in by_id]
+        answers = sorted({edits.expected_answer(edits.pattern_of(r)) for r in known
+                          if r.score.value < cfg.perfect_score} - {""})
+        current, kept = parts(cfg, parent[component])
+        text, written = current, {}
+        for answer in answers:
+            inputs = edits.positives(known, answer, set(), cfg.perfect_score, rng)
+            if len(inputs) < 2:  # one input says little of what the answer's inputs have in common
+                continue
+            shown = [edits.shown(r, component, 300, by_id.get(r.example_id)) for r in inputs]
+            messages = edits.build_definition_prompt(current, answer, [ex.inputs for ex in shown])
+            rule = await self._vetted(request, messages, current, shown, answer=answer, others=answers)
+            if rule is not None:
+                text = edits.apply_rule(text, rule, answer)
+                written[answer] = rule
+        if not written:
+            request.count(Outcome.NO_OPEN_MISTAKE)
+            return None
+        evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
+        groups: dict[str, list[Rollout]] = {}
+        for r in evidence:
+            if r.score.value < cfg.perfect_score and edits.expected_answer(edits.pattern_of(r)) in written:
+                groups.setdefault(edits.pattern_of(r), []).append(r)
+        foci = [edits.Focus(p, len(rs), rs, []) for p, rs in sorted(groups.items())]
+        rng.shuffle(foci)
+        gate = edits.gate_batch(foci[: max(self.test_size - cfg.gate_solved, 1)], evidence, cfg.perfect_score, 1,
+                                cfg.gate_solved, rng)
+        return Proposal({component: demos.join(text, kept)}, [by_id[i] for i in gate], "\n".join(written.values()),
+                        "first draft of the rules")
+
+    async def _vetted(self, request: ProposalRequest, messages: list[Message], current: str,
+                      shown: list[ReflectionExample], *, answer: str, others: Sequence[str]) -> str | None:
+        """A drafted rule for `answer`: vetted like an edit's rule, asked again (told why) a bounded number of
+        times."""
+        cfg = request.config
+        request.emit(ev.PhaseStarted("reflection"))
+        for attempt in range(cfg.reflection_attempts):
+            params = {"temperature": temperature(cfg, attempt), "max_tokens": cfg.rule_max_tokens,
+                      "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
+            out = await request.reflect(messages, params)
+            if out is None:
+                continue
+            rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, answer=answer, others=others)
+            rejected = Outcome.rejected(why) if why else None
+            request.emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
+            if rejected is None:
+                return rule
+            request.count(rejected)
+            messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
+                        {"role": "user", "content": edits.retry_hint(why, "", answer=answer)}]
+        return None
 
     async def _ask_rule(self, request: ProposalRequest, component: str, focus: edits.Focus, tried_rules: list[str]
                         ) -> str | None:
@@ -325,7 +397,10 @@ class FewShot:
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
         cfg = self.cfg
         described = [c for c in request.components if request.description(c)]
-        if len(request.components) == 1 and not described and request.rng.random() < cfg.fewshot_share:
+        drafts = getattr(self.inner, "drafts", None)  # the edit proposer's first draft of the rules goes first
+        first_draft = drafts is not None and drafts(request.state, request.components)
+        if len(request.components) == 1 and not described and not first_draft and (
+                request.rng.random() < cfg.fewshot_share):
             proposal = self._demo(request, request.components[0])
             if proposal is not None:
                 return proposal
