@@ -500,3 +500,27 @@ def test_a_run_with_a_first_draft_resumes_to_the_uninterrupted_result(tmp_path):
     assert {k: v for k, v in final.to_dict().items() if k not in strip} == {
         k: v for k, v in whole.to_dict().items() if k not in strip}
     assert RunStore(storage).count_rollouts("r") == final.rollouts_used
+
+
+@pytest.mark.parametrize("ties_pass", [False, True])
+def test_a_proposal_whose_ties_pass_is_validated_on_a_tie(ties_pass):
+    """Proposal(ties_pass=True) (the first draft's): a child as good as its parent on the test is validated anyway,
+    whatever the acceptance rule; without it, strict acceptance rejects the tie."""
+    import asyncio
+
+    from gepetto.engine.proposers import Proposal
+
+    task = sim.task(n_train=16, n_val=8, kinds=4)
+
+    class Noop:  # a harmless line: the child scores exactly as its parent
+        async def propose(self, request):
+            (c,) = request.components
+            return Proposal({c: request.parent[c] + f"\n- Be kind ({request.iteration})."}, ties_pass=ties_pass)
+
+    engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
+                          task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(["unused"]), budget=40, proposer=Noop(),
+                          use_merge=False)
+    res = asyncio.run(engine.run())
+    assert res.proposals.get("accepted", 0) == (len(res.candidates) - 1)
+    assert (len(res.candidates) > 1) is ties_pass
+    assert (res.proposals.get("rejected: not better on minibatch", 0) == 0) is ties_pass

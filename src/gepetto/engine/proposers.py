@@ -71,6 +71,8 @@ class Proposal:
     be known or fit the rollouts set aside (`Proposer.test_size`). `rule`/`pattern` go into the ProposalTested
     event. `verdict(child, accepted)` is called once the test has decided. `origin` names how the child was
     made, in its ProposalTested event and CandidateRecord ("demo" for a demonstration; None: "reflection").
+    `ties_pass`: a child that scores as well as its parent on the test goes on to validation too, whatever the
+    acceptance rule (a large change whose gain a few examples cannot show, such as a first draft of the rules).
     """
 
     texts: Mapping[str, str]
@@ -79,6 +81,7 @@ class Proposal:
     pattern: str | None = None
     verdict: Callable[[Candidate, bool], None] | None = None
     origin: str | None = None  # how the child was made, as its CandidateRecord says (None: "reflection")
+    ties_pass: bool = False
 
 
 class Proposer(Protocol):
@@ -287,7 +290,8 @@ class Edit:
     async def _draft(self, request: ProposalRequest, component: str) -> Proposal | None:
         """The first draft of the rules list: one rule per right answer seen in the training rollouts (any
         candidate's: the right answer belongs to the example), each from up to 4 inputs whose right answer it is;
-        the child is tested on one failure of as many answers as the test holds, plus solved cases."""
+        the child is tested on one failure of as many answers as the test holds, plus solved cases, and a tie
+        passes (a dozen new lines at once: six examples cannot show their gain, only a disaster)."""
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         by_id = {e.id: e for e in request.trainset}
         known = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in by_id]
@@ -318,7 +322,7 @@ class Edit:
         gate = edits.gate_batch(foci[: max(self.test_size - cfg.gate_solved, 1)], evidence, cfg.perfect_score, 1,
                                 cfg.gate_solved, rng)
         return Proposal({component: demos.join(text, kept)}, [by_id[i] for i in gate], "\n".join(written.values()),
-                        "first draft of the rules")
+                        "first draft of the rules", ties_pass=True)
 
     async def _vetted(self, request: ProposalRequest, messages: list[Message], current: str,
                       shown: list[ReflectionExample], *, answer: str, others: Sequence[str]) -> str | None:
