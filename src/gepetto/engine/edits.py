@@ -18,6 +18,10 @@ shown that mistake several times, next to cases that must not change. So an edit
 
 Pure functions here; the loop (engine/loop.py) pays for rollouts and asks the reflection LM.
 
+With `definitions` (EngineConfig), the first proposal drafts the whole list at once instead: one rule per right
+answer seen in the training rollouts, each asked from up to 4 inputs whose right answer it is
+(`build_definition_prompt`), vetted the same way; later edits sharpen those lines one answer at a time.
+
 Appending a rule line suits an instruction, not a regex or code: a component with a description
 (`EngineConfig.component_descriptions`) is an artifact, and the loop rewrites it whole (engine/reflect.py).
 """
@@ -303,8 +307,10 @@ def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequenc
              pattern: str = "", *, answer: str | None = None, others: Iterable[str] = ()) -> tuple[str, str]:
     """(rule, why rejected or ""): a rule worth a rollout is short, new, general and free of our markers
     (tags, headers, and the failure pattern's own label); when the pattern names the right answer
-    ("answered X, expected Y"), the rule must name Y: small models often write the rule towards the wrong
-    answer X ("if the customer asks about the card's validity, answer credit_limit_change")."""
+    ("answered X, expected Y", or `answer` given), the rule must name Y: small models often write the rule
+    towards the wrong answer X ("if the customer asks about the card's validity, answer credit_limit_change"),
+    and must not be worded for another answer (X, an answer a rule line of `current` gives, or one of `others`:
+    `describes_another`)."""
     rule = parse_rule(raw)
     if finish_reason == "length":
         rule, _ = drop_repeats(rule)
