@@ -363,6 +363,8 @@ CREDIT = ("Classify the customer's message into one of these credit cards intent
          "answered credit_limit, expected credit_limit_change", CREDIT, ""),  # "limit" is both answers' word
         ("If the message asks for the expiration date of the card, answer expiration date.",
          "answered credit_limit, expected expiration_date", CREDIT, ""),
+        ("If a customer asks about what to cook for dinner, answer meal_suggestion.",
+         "answered cook_time, expected meal_suggestion", KITCHEN, ""),  # one short word ("cook") is not enough
     ],
 )
 def test_a_rule_worded_for_another_answer_is_refused(rule, pattern, current, other):

@@ -279,7 +279,8 @@ def describes_another(rule: str, answer: str, others: Iterable[str], current: st
     that are names (intents, classes), that shows in the words: the condition (the rule without its negated
     clauses, its answer clause and the answer names written as such) names more words of another answer's name
     than of its own, counting only the words that tell the two apart and that the instruction's prose (outside
-    answer names) does not use for the whole task ("credit" in "credit card intents")."""
+    answer names) does not use for the whole task ("credit" in "credit card intents"); one word of four letters
+    or fewer is not enough ("cook" in "what to cook for dinner")."""
     spaced = r"[_\s]+".join(map(re.escape, re.split(r"[_\s]+", answer)))
     condition = re.sub(r"\banswer(?:\s+with)?\s+[\"'`]?" + spaced + r"(?![\w])", " ", _NEGATED.sub(" ", rule),
                        flags=re.I)
@@ -293,7 +294,9 @@ def describes_another(rule: str, answer: str, others: Iterable[str], current: st
         theirs = {w for w in _label_words(other) if not _mentions(prose, w)}
         mine = {w for w in own if not any(_mentions({t}, w) or _mentions({w}, t) for t in theirs)}
         its = {t for t in theirs if not any(_mentions({t}, w) or _mentions({w}, t) for w in own)}
-        if sum(_mentions(words, w) for w in its) > sum(_mentions(words, w) for w in mine):
+        named = [w for w in its if _mentions(words, w)]
+        # one short word is no evidence ("what to cook for dinner, answer meal_suggestion" against cook_time)
+        if len(named) > sum(_mentions(words, w) for w in mine) and (len(named) > 1 or len(named[0]) > 4):
             return other
     return ""
 
