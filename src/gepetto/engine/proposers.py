@@ -326,32 +326,19 @@ class Edit:
 
     async def _vetted(self, request: ProposalRequest, messages: list[Message], current: str,
                       shown: list[ReflectionExample], *, answer: str) -> str | None:
-        """A drafted rule for `answer`: vetted like an edit's rule, asked again (told why) a bounded number of
-        times. Its wording is checked against the parent's rule lines only, not against the other answers of the
-        draft: a line for every answer helps more than precise ones (measured with benchmarks/draft_probe.py:
-        a kitchen draft scored 0.540 on test with a loose line for accept_reservations, 0.507 without it)."""
-        cfg = request.config
+        """A drafted rule for `answer`, vetted like an edit's rule. Its wording is checked against the parent's rule
+        lines only, not against the other answers of the draft: a line for every answer helps more than precise
+        ones (benchmarks/draft_probe.py: a kitchen draft scored 0.540 on test with a loose line for
+        accept_reservations, 0.507 without it)."""
         request.emit(ev.PhaseStarted("reflection"))
-        for attempt in range(cfg.reflection_attempts):
-            params = {"temperature": temperature(cfg, attempt), "max_tokens": cfg.rule_max_tokens,
-                      "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
-            out = await request.reflect(messages, params)
-            if out is None:
-                continue
-            rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, answer=answer)
-            rejected = Outcome.rejected(why) if why else None
-            request.emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
-            if rejected is None:
-                return rule
-            request.count(rejected)
-            messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
-                        {"role": "user", "content": edits.retry_hint(why, "", answer=answer)}]
-        return None
+        return await self._ask(request, messages,
+                               lambda out: edits.vet_rule(out.text, out.finish_reason, current, shown, answer=answer),
+                               lambda why: edits.retry_hint(why, "", answer=answer))
 
     async def _ask_rule(self, request: ProposalRequest, component: str, focus: edits.Focus, tried_rules: list[str]
                         ) -> str | None:
-        """Ask the reflection LM for one rule; vet each answer and retry a bounded number of times. A rule whose
-        child was already tried is refused here too, so a repeated answer costs a retry, not the proposal."""
+        """Ask the reflection LM for one rule for `focus`. A rule whose child was already tried is refused here too,
+        so a repeated answer costs a retry, not the proposal."""
         cfg, parent = request.config, request.parent
         current, kept = parts(cfg, parent[component])
         request.emit(ev.PhaseStarted("reflection"))
@@ -362,25 +349,37 @@ class Edit:
             return None
         messages = edits.build_edit_prompt(current, focus, component, tried_rules, by_id, limit=limit)
         shown = [edits.shown(r, component, example=by_id.get(r.example_id)) for r in focus.failures + focus.contrast]
-        for attempt in range(cfg.reflection_attempts):
-            params = {"temperature": temperature(cfg, attempt), "max_tokens": cfg.rule_max_tokens,
-                      "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
-            out = await request.reflect(messages, params)
-            if out is None:
-                continue
+
+        def vet(out: Completion) -> tuple[str, str]:
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
             child_text = edits.apply_rule(current, rule, edits.expected_answer(focus.pattern))
             if not why and limit and len(child_text) > limit:
                 why = "over the length budget"
             if not why and request.tried(parent.replace(component, demos.join(child_text, kept))):
                 why = "already tried"
+            return rule, why
+
+        return await self._ask(request, messages, vet, lambda why: edits.retry_hint(why, focus.pattern))
+
+    async def _ask(self, request: ProposalRequest, messages: list[Message],
+                   vet: Callable[[Completion], tuple[str, str]], hint: Callable[[str], str]) -> str | None:
+        """Ask the reflection LM for a rule; `vet` each answer (rule, why refused) and ask again, told `hint(why)`,
+        a bounded number of times."""
+        cfg = request.config
+        for attempt in range(cfg.reflection_attempts):
+            params = {"temperature": temperature(cfg, attempt), "max_tokens": cfg.rule_max_tokens,
+                      "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
+            out = await request.reflect(messages, params)
+            if out is None:
+                continue
+            rule, why = vet(out)
             rejected = Outcome.rejected(why) if why else None
             request.emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
             if rejected is None:
                 return rule
             request.count(rejected)
             messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
-                        {"role": "user", "content": edits.retry_hint(why, focus.pattern)}]
+                        {"role": "user", "content": hint(why)}]
         return None
 
 
