@@ -446,9 +446,10 @@ def test_a_first_draft_writes_one_rule_per_right_answer_and_is_validated_once():
     res = run(20)
     first = tested[0]
     assert first.pattern == "first draft of the rules" and first.accepted
-    # the four answers the seed got wrong, each with one line; alpha (always right) gets none
+    # every answer of the seed's confusions ("answered alpha, expected beta"), each with one line
     assert sorted(first.rule.split("\n")) == sorted(f"If the message is about {TOPICS[lab]}, answer {lab}."
-                                                    for lab in ("beta", "delta", "gamma", "omega"))
+                                                    for lab in TOPICS)
+    assert first.minibatch_before == first.minibatch_after == 0  # no test: validated directly
     assert res.best_score == 1.0 and len(res.candidates) == 2  # the seed and the draft: one validation
     assert res.rollouts_used <= 60
     drafted = [e for e in answered if "right answer" in e.raw or e.rejected is None]
@@ -504,10 +505,10 @@ def test_a_run_with_a_first_draft_resumes_to_the_uninterrupted_result(tmp_path):
     assert RunStore(storage).count_rollouts("r") == final.rollouts_used
 
 
-@pytest.mark.parametrize("ties_pass", [False, True])
-def test_a_proposal_whose_ties_pass_is_validated_on_a_tie(ties_pass):
-    """Proposal(ties_pass=True) (the first draft's): a child as good as its parent on the test is validated anyway,
-    whatever the acceptance rule; without it, strict acceptance rejects the tie."""
+@pytest.mark.parametrize("test_on", [None, ()])
+def test_a_proposal_with_an_empty_test_is_validated_directly(test_on):
+    """Proposal(test_on=()) (the first draft's): no test, the child goes straight to validation, whatever it would
+    have scored; with the default test, strict acceptance rejects a child that only ties its parent."""
     import asyncio
 
     from gepetto.engine.proposers import Proposal
@@ -517,12 +518,18 @@ def test_a_proposal_whose_ties_pass_is_validated_on_a_tie(ties_pass):
     class Noop:  # a harmless line: the child scores exactly as its parent
         async def propose(self, request):
             (c,) = request.components
-            return Proposal({c: request.parent[c] + f"\n- Be kind ({request.iteration})."}, ties_pass=ties_pass)
+            return Proposal({c: request.parent[c] + f"\n- Be kind ({request.iteration})."}, test_on)
 
+    ran: list[tuple[str, str]] = []
     engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(["unused"]), budget=40, proposer=Noop(),
-                          use_merge=False)
+                          use_merge=False, callbacks=[lambda e: ran.append((e.candidate, e.example))
+                                                      if type(e).__name__ == "RolloutFinished" else None])
     res = asyncio.run(engine.run())
-    assert res.proposals.get("accepted", 0) == (len(res.candidates) - 1)
-    assert (len(res.candidates) > 1) is ties_pass
-    assert (res.proposals.get("rejected: not better on minibatch", 0) == 0) is ties_pass
+    direct = test_on == ()
+    assert res.proposals.get("accepted", 0) == len(res.candidates) - 1
+    assert (len(res.candidates) > 1) is direct
+    assert (res.proposals.get("rejected: not better on minibatch", 0) == 0) is direct
+    children = {c.candidate.id for c in res.candidates[1:]}
+    val_ids = {e.id for e in task.valset}
+    assert all(ex in val_ids for cid, ex in ran if cid in children)  # a direct child ran validation only

@@ -357,8 +357,8 @@ class Engine:
             raise ValueError(f"the proposer's test needs {cost} rollouts, more than the {plan.test} set aside")
         before = [r.score.value for r in (parent_runs if test is plan.batch else await self._evaluate(parent, test))]
         after = [r.score.value for r in await self._evaluate(child, test)]
-        accepted, retested = await self._accept(plan, parent, child, test, before, after)
-        accepted = accepted or (proposal.ties_pass and sum(after) >= sum(before))
+        # an empty test (the proposer asked for none): straight to validation
+        accepted, retested = await self._accept(plan, parent, child, test, before, after) if test else (True, 0)
         text = "\n\n".join(child[c] for c in proposal.texts)
         self._emit(ev.ProposalTested(plan.parent_idx, plan.component, text, sum(before), sum(after), accepted,
                                      proposal.rule, proposal.pattern, proposal.origin, retested or None))
