@@ -1,8 +1,8 @@
 """How good is a first draft of the rules alone? (issue 10, the edit proposer's `definitions`)
 
 For each right answer of a real-track task, the reflection LM is shown up to 4 training inputs whose right answer
-it is and asked for one rule (`edits.build_definition_prompt`, vetted by `edits.vet_rule` as in a run, greedy,
-one attempt); the seed plus those rules is scored on validation and test next to the seed and the expert prompt.
+it is and asked for one rule (`edits.build_definition_prompt`, vetted by `edits.vet_rule` as in a run's first
+draft, greedy, one attempt where a run has three); the seed plus those rules is scored on validation and test next to the seed and the expert prompt.
 No search, no rollout before the draft: it tells how much of a run's gain the first draft alone brings.
 
     python benchmarks/draft_probe.py --tasks clinc-kitchen clinc-credit-oos --storage S [--threads 1]
@@ -36,7 +36,7 @@ async def probe(name: str, storage: Path, threads: int) -> dict:
     for answer in answers:
         out = await refl.complete(edits.build_definition_prompt(seed, answer, inputs[answer][:4]), temperature=0.0,
                                   max_tokens=90, stop=[edits.RULE_CLOSE])
-        rule, why = edits.vet_rule(out.text, out.finish_reason, seed, [], answer=answer, others=answers)
+        rule, why = edits.vet_rule(out.text, out.finish_reason, seed, [], answer=answer)  # as the engine's draft
         if why:
             refused[answer] = why
         else:
