@@ -2,8 +2,9 @@
 
 For each right answer of a real-track task, the reflection LM is shown up to 4 training inputs whose right answer
 it is and asked for one rule (`edits.build_definition_prompt`, vetted by `edits.vet_rule` as in a run's first
-draft, greedy, one attempt where a run has three); the seed plus those rules is scored on validation and test next to the seed and the expert prompt.
-No search, no rollout before the draft: it tells how much of a run's gain the first draft alone brings.
+draft, greedy, one attempt where a run has three); the seed plus those rules is scored on validation and test
+next to the seed and the expert prompt. No search, no rollout before the draft: it tells how much of a run's
+gain the first draft alone brings.
 
     python benchmarks/draft_probe.py --tasks clinc-kitchen clinc-credit-oos --storage S [--threads 1]
 """
