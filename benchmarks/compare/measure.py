@@ -162,8 +162,9 @@ GEPETTO_KIND = {"": "edit", "empty": "empty", "unchanged": "unchanged", "chat re
 
 
 def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed: int, system: str = "gepetto",
-                test_lm: LM | None = None, **config: Any) -> RunRecord:
-    """One gepetto run through its public `optimize`, counted by the harness."""
+                test_lm: LM | None = None, events: Path | None = None, **config: Any) -> RunRecord:
+    """One gepetto run through its public `optimize`, counted by the harness; with `events`, each reflection
+    answer, minibatch test and new candidate is appended there as a JSON line, with its time (for diagnosis)."""
     metric, tlm, rlm = CountingMetric(task.metric), CountingLM(task_lm), CountingLM(reflection_lm)
     curve: list[tuple[int, float]] = []
     curve_s: list[float] = []
@@ -173,6 +174,12 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
     retests = 0
 
     def on_event(event: Event) -> None:
+        if events is not None and isinstance(event, (ReflectionAnswered, ProposalTested, CandidateAdded)):
+            data = {"candidate": event.record.index, "val": event.record.mean} if isinstance(
+                event, CandidateAdded) else {k: v for k, v in asdict(event).items() if k != "raw"}
+            with open(events, "a") as f:
+                f.write(json.dumps({"system": system, "seed": seed, "t": round(time.perf_counter() - t0, 2),
+                                    "kind": event.kind, "rollouts": metric.calls, **data}, default=str) + "\n")
         if isinstance(event, CandidateAdded):
             curve.append((metric.calls, event.best))
             curve_s.append(time.perf_counter() - t0)

@@ -73,11 +73,11 @@ ALL_SYSTEMS = (*SYSTEMS, *GEPETTO_VARIANTS)
 
 def run_system(system: str, task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed: int,
                test_lm: LM | None = None, gepa_options: dict[str, Any] | None = None,
-               gepetto_options: dict[str, Any] | None = None) -> RunRecord:
+               gepetto_options: dict[str, Any] | None = None, events: Path | None = None) -> RunRecord:
     if system == "gepetto" or system in GEPETTO_VARIANTS:
         options = {**(gepetto_options or {}), **GEPETTO_VARIANTS.get(system, {})}
         return run_gepetto(task, task_lm, reflection_lm, budget=budget, seed=seed, test_lm=test_lm,
-                           system=system, **options)
+                           system=system, events=events, **options)
     if system in ("gepa", "gepa+merge"):
         from benchmarks.compare.gepa_side import run_gepa
 
@@ -252,7 +252,8 @@ def real_track(args: argparse.Namespace, argv: Sequence[str]) -> None:
         for system in args.systems:
             rec = run_system(system, task, task_lm, reflection_lm, budget=args.budget, seed=seed,
                              gepetto_options={"max_concurrency": args.concurrency},
-                             gepa_options={"reflection_params": {"temperature": 0.0, "max_tokens": 1000}})
+                             gepa_options={"reflection_params": {"temperature": 0.0, "max_tokens": 1000}},
+                             events=Path(args.events) if args.events else None)
             log(rec)
             records.append(rec)
     lines = header(f"Head to head on the real track: `{args.task}` with the embedded models (issue 13)", argv)
@@ -293,6 +294,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     real.add_argument("--n-test", type=int, default=None)
     real.add_argument("--concurrency", type=int, default=4, help="gepetto max_concurrency and test evaluation")
     real.add_argument("--name", default=None, help="output file stem (default compare_real_TASK)")
+    real.add_argument("--events", default=None, help="append gepetto's reflection answers, minibatch tests and new "
+                      "candidates here, one JSON line each with its time (for diagnosis)")
     wall = sub.add_parser("walltime", help="both systems against a simulated-latency OpenAI-compatible server")
     from benchmarks.compare import walltime
 
