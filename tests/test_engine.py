@@ -5,7 +5,6 @@ import collections
 import dataclasses
 import itertools
 import random
-import re
 
 import numpy as np
 import pytest
@@ -80,49 +79,6 @@ def test_truncated_proposal_is_retried_with_more_tokens():
     result = run(reflection=lm, budget=40, seed=0, max_idle_iterations=2)
     assert lm.calls[1][1]["max_tokens"] == 2 * lm.calls[0][1]["max_tokens"]
     assert result.proposals[Outcome.TRUNCATED] == 1
-
-
-def copy_back(messages):
-    """A rewrite answer that copies the current instruction back, after one lesson."""
-    current = messages[-1]["content"].split("<current_instruction>\n", 1)[1].split("\n</current_instruction>")[0]
-    return f"Lessons:\n- a rule was missed\n<new_instruction>{current}</new_instruction>"
-
-
-def test_rule_retry_asks_for_one_rule_after_an_unchanged_rewrite_and_appends_it():
-    forms = itertools.cycle(["- Apply {}.", "<new_instruction>Apply {}.</new_instruction>"])
-
-    def reflect(messages, params):  # a rule for the first rule the feedback names
-        if "one new rule" not in messages[-1]["content"]:
-            return copy_back(messages)
-        return next(forms).format(re.search(r"need (rule-\d)", messages[1]["content"]).group(1))
-
-    lm = ScriptedLM(reflect)
-    result = run(reflection=lm, budget=200, seed=0, rule_retry=True, rule_max_tokens=50, use_merge=False)
-    rewrite, rule = lm.calls[0], lm.calls[1]
-    assert rewrite[1]["max_tokens"] == 700 and rule[1]["max_tokens"] == 50  # a short answer is asked for
-    assert rule[0][-2]["role"] == "assistant" and "<new_instruction>Answer the question." in rule[0][-2]["content"]
-    assert "- a rule was missed" in rule[0][-1]["content"]  # the model's own lessons are shown back
-    # each rule was added to the instruction (a lone bullet mark taken off), not put in its place
-    first, *added = result.best_candidate["instruction"].split("\n")
-    assert first == "Answer the question." and sorted(added) == [f"Apply rule-{k}." for k in range(4)]
-    assert result.best_score == 1.0 and result.proposals[Outcome.ACCEPTED] == 4
-    # off (the default): the unchanged answer is asked for again in whole, and a short answer replaces the text
-    rules = iter(["- Apply rule-0."])
-    lm = ScriptedLM(lambda m, p: next(rules, "") if len(lm.calls) == 2 else copy_back(m))
-    off = run(reflection=lm, budget=40, seed=0, use_merge=False, max_idle_iterations=2)
-    assert all(call[1]["max_tokens"] == 700 for call in lm.calls)
-    assert any(c.candidate["instruction"] == "- Apply rule-0." for c in off.candidates) or (
-        off.proposals[Outcome.NOT_BETTER] >= 1)
-
-
-def test_rule_retry_refuses_a_rule_already_in_the_instruction():
-    answers = ["<new_instruction>Answer the question.</new_instruction>", "answer the question.",
-               "<new_instruction>Apply rule-0, rule-1, rule-2 and rule-3.</new_instruction>"]
-    lm = ScriptedLM(lambda m, p: answers.pop(0) if answers else "")
-    result = run(reflection=lm, budget=40, seed=0, rule_retry=True, max_idle_iterations=2)
-    assert "That rule was refused (unchanged)" in lm.calls[2][0][-1]["content"]
-    assert result.proposals[Outcome.UNCHANGED] == 2
-    assert result.best_candidate["instruction"] == "Answer the question.\nApply rule-0, rule-1, rule-2 and rule-3."
 
 
 @given(budget=st.integers(12, 120), minibatch=st.integers(1, 4), n_val=st.integers(2, 12),

@@ -51,7 +51,6 @@ SYSTEMS = ("gepetto", "gepa", "gepa+merge")
 # gepetto with other settings than its defaults (not run unless named in --systems)
 GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     "gepetto-1try": {"reflection_attempts": 1},  # no retry after a rejected reflection answer
-    "gepetto-rule": {"rule_retry": True},  # after an unchanged rewrite, ask for one rule to add (a short answer)
     "gepetto-nomerge": {"use_merge": False},
     "gepetto-edit": {"proposer": "edit"},  # one-rule edits (issue 10) instead of whole-text rewrites
     "gepetto-fewshot": {"fewshot": 4},  # few-shot demonstrations beside the rewrites (engine/demos.py)

@@ -171,10 +171,6 @@ class EngineConfig(_Options):
     reflection_temperatures: tuple[float, ...] = _field(
         (0.0, 0.7, 1.0), "Temperature of each reflection attempt (YAML list; the last one repeats).", REFLECTION)
     reflection_max_tokens: int = _field(700, "Longest reflection answer (tokens).", REFLECTION, ge=1)
-    # after an unchanged rewrite, ask for one rule to add instead of the whole text again (engine/reflect.py
-    # `rule_messages`): an answer of `rule_max_tokens`, not a copy of the instruction
-    rule_retry: bool = _field(False, "After a rewrite that came back unchanged, ask for one rule to add to the "
-                              "instruction instead of a whole new text (a short answer).", REFLECTION)
     max_component_chars: int | None = _field(
         None, "Length budget of each instruction (characters; default none): reflection is told it and longer "
         "proposals are rejected before any rollout.", REFLECTION, ge=1)

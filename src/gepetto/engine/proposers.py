@@ -28,16 +28,7 @@ from typing import Any, Protocol
 from gepetto import events as ev
 from gepetto.config import EngineConfig
 from gepetto.engine import demos, edits
-from gepetto.engine.reflect import (
-    CLOSE_TAG,
-    ReflectionExample,
-    build_prompt,
-    reflective_examples,
-    retry_messages,
-    rule_messages,
-    vet,
-    with_rule,
-)
+from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import RunState
 from gepetto.engine.strategies import EpochShuffled
 from gepetto.events import Outcome
@@ -161,15 +152,14 @@ class Rewrite:
         limit = None if artifact else cfg.max_component_chars  # an artifact has no length budget
         messages = build_prompt(current, examples, max_chars=cfg.reflection_chars, description=description,
                                 limit=limit)
-        max_tokens, rule = cfg.reflection_max_tokens, False  # rule: the answers are rules to add (`rule_retry`)
+        max_tokens = cfg.reflection_max_tokens
         for attempt in range(cfg.reflection_attempts):
             params = {"temperature": temperature(cfg, attempt), "max_tokens": max_tokens,
                       "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [CLOSE_TAG]}
             out = await request.reflect(messages, params)
             if out is None:
                 continue
-            answer = with_rule(current, out.text) if rule else out.text
-            proposal = vet(answer, out.finish_reason, current, examples, artifact=artifact)
+            proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
             if not proposal.rejected and limit and len(proposal.text) > limit:
                 proposal = replace(proposal, rejected="over the length budget")
             rejected = Outcome.rejected(proposal.rejected) if proposal.rejected else None
@@ -179,13 +169,7 @@ class Rewrite:
             request.count(rejected)
             if proposal.rejected == "truncated":
                 max_tokens *= 2
-            if rule:
-                messages = rule_messages(messages, out.text, proposal.rejected)
-            elif cfg.rule_retry and proposal.rejected == "unchanged" and not artifact:
-                rule, max_tokens = True, cfg.rule_max_tokens
-                messages = rule_messages(messages, out.text)
-            else:
-                messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact, limit=limit)
+            messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact, limit=limit)
         return None
 
 

@@ -130,37 +130,6 @@ def retry_messages(messages: list[Message], raw: str, reason: str, *, artifact: 
             {"role": "user", "content": text}]
 
 
-# Asked after a rewrite came back unchanged, with `rule_retry`: one rule to add, a short answer, instead of the
-# whole instruction again (a small model that copies the instruction once mostly copies it again).
-RULE_ASK = ("Do not write the whole instruction again. Write one new rule to add at its end: one or two sentences, "
-            "in general terms (not about these examples only), that would make the assistant fix the failures "
-            "described in the feedback.{lessons} Put only the rule between {open} and {close}.")
-
-
-def rule_messages(messages: list[Message], raw: str, refused: str | None = None) -> list[Message]:
-    """The conversation asking for one rule to add (`rule_retry`) after the answer `raw`: a rewrite that came
-    back unchanged, or a rule that was `refused` (the reason)."""
-    found = lessons(raw)
-    listed = "\nYour lessons were:\n" + "\n".join(f"- {x}" for x in found) + "\n" if found else ""
-    why = ("That is (nearly) the same as the current instruction, so the assistant would fail again in the same "
-           "way." if refused is None else f"That rule was refused ({refused}).")
-    ask = RULE_ASK.format(lessons=listed, open=OPEN_TAG, close=CLOSE_TAG)
-    return [*messages, {"role": "assistant", "content": clip(raw, 1500) or "(empty)"},
-            {"role": "user", "content": f"{why} {ask}"}]
-
-
-def with_rule(current: str, raw: str) -> str:
-    """An answer to a rule request as a whole answer `vet` judges: the current instruction with the rule (the
-    tagged text; a lone bullet mark taken off) added on a line of its own. No rule, or one the instruction
-    already has: the instruction unchanged."""
-    rule = parse_proposal(raw)
-    if "\n" not in rule:
-        rule = _BULLET.sub("", rule).strip()
-    if _normal(rule) in _normal(current):  # a rule the instruction already has
-        rule = ""
-    return f"{OPEN_TAG}\n{current.rstrip()}\n{rule}\n{CLOSE_TAG}"
-
-
 @dataclass(frozen=True)
 class ReflectionExample:
     """What the reflection LM sees of one rollout, for one component."""
