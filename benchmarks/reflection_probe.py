@@ -1,0 +1,100 @@
+"""How often does the reflection LM copy the instruction back? (issue 15: reflection calls are the wall time)
+
+The seed candidate of a task runs once on the training set; then, for each of N minibatches (3 training rollouts
+with at least one failure, as a run's first proposals see them), the rewrite proposer's reflection prompt
+(`reflect.build_prompt`) is sent to the reflection LM once (greedy, or at `--temperature`), and the answer is vetted
+as in a run. A usable answer is scored on the whole training set. The table says, per prompt wording (`--wording`):
+how many answers were usable, unchanged or refused otherwise, the mean training score of the usable ones, output
+tokens and seconds.
+
+    python benchmarks/reflection_probe.py --task demo --wording current lessons-as-rules --minibatches 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from collections import Counter
+
+from gepetto.api import evaluate_async
+from gepetto.engine import reflect
+from gepetto.lm.names import make_lm
+from gepetto.tasks import load_task
+from gepetto.types import Candidate
+
+KEEP = "- Keep what already works in the current instruction.\n"
+# the wordings tried: the engine's own (current), and variants of its "keep what works" line
+WORDINGS = {
+    "current": reflect.TASK_PROMPT,
+    "lessons-as-rules": reflect.TASK_PROMPT.replace(
+        KEEP, "- Keep the current instruction's requirements and add a rule for each lesson: the new instruction "
+        "must differ from the current one wherever the assistant failed.\n"),
+    "no-keep": reflect.TASK_PROMPT.replace(KEEP, ""),
+    "append-rules": reflect.TASK_PROMPT.replace(
+        KEEP, "- Start from the current instruction and add one line for each lesson, stating its rule or fact in "
+        "general terms.\n").replace("Then write the new instruction between",
+                                     "Then write the new instruction (the current one with your new lines) between"),
+}
+
+
+async def probe(task_name: str, wording: str, minibatches: int, threads: int, temperature: float) -> dict:
+    task = load_task(task_name, seed=0)
+    task_lm = make_lm(f"local:qwen2.5-coder-0.5b?n_threads={threads}")
+    refl = make_lm(f"local:qwen2.5-coder-1.5b?n_threads={threads}")
+    seed = task.seed_candidate
+    (component,) = seed.keys()
+    runs = (await evaluate_async(seed, task.trainset, task.metric, program=task.program, task_lm=task_lm,
+                                 max_concurrency=4)).rollouts
+    rng, outcomes, scores, tokens, answers, raws = random.Random(0), Counter(), [], [], [], []
+    reflect.TASK_PROMPT = WORDINGS[wording]  # build_prompt reads the module's wording
+    t0 = time.perf_counter()
+    done = 0
+    while done < minibatches:
+        batch = rng.sample(runs, 3)
+        if all(r.score.value >= 1.0 for r in batch):
+            continue  # a run reflects only on a minibatch with a failure
+        done += 1
+        examples = reflect.reflective_examples(batch, component, task.trainset)
+        out = await refl.complete(reflect.build_prompt(seed[component], examples), temperature=temperature,
+                                  max_tokens=700, stop=[reflect.CLOSE_TAG], seed=done)
+        tokens.append(out.usage.output_tokens)
+        raws.append(out.text)
+        verdict = reflect.vet(out.text, out.finish_reason, seed[component], examples)
+        outcomes[verdict.rejected or "usable"] += 1
+        if not verdict.rejected:
+            child = Candidate({component: verdict.text})
+            ev = await evaluate_async(child, task.trainset, task.metric, program=task.program, task_lm=task_lm,
+                                      max_concurrency=4)
+            scores.append(ev.mean)
+            answers.append(verdict.text)
+    seconds = time.perf_counter() - t0
+    seed_train = sum(r.score.value for r in runs) / len(runs)
+    return {"task": task_name, "wording": wording, "temperature": temperature, "minibatches": minibatches,
+            "outcomes": dict(outcomes),
+            "seed_train": seed_train, "usable_train_mean": sum(scores) / len(scores) if scores else None,
+            "usable_better": sum(s > seed_train for s in scores), "output_tokens": sum(tokens),
+            "seconds": round(seconds), "answers": answers, "raw": raws}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="demo")
+    ap.add_argument("--wording", nargs="+", default=list(WORDINGS), choices=list(WORDINGS))
+    ap.add_argument("--minibatches", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--temperature", type=float, default=0.0, help="of the reflection call (a run's first attempt: 0)")
+    ap.add_argument("--log", default=None, help="append each wording's row here (JSON lines)")
+    args = ap.parse_args()
+    for wording in args.wording:
+        row = asyncio.run(probe(args.task, wording, args.minibatches, args.threads, args.temperature))
+        print(json.dumps({k: v for k, v in row.items() if k not in ("answers", "raw")}), flush=True)
+        if args.log:
+            with open(args.log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
