@@ -81,6 +81,21 @@ def test_truncated_proposal_is_retried_with_more_tokens():
     assert result.proposals[Outcome.TRUNCATED] == 1
 
 
+def test_rewrites_are_sampled_by_default_and_the_schedule_can_be_set():
+    lm = ScriptedLM(lambda m, p: "<new_instruction>Answer the question.</new_instruction>")  # always unchanged
+    run(reflection=lm, budget=40, seed=0, max_idle_iterations=2)
+    assert [p["temperature"] for _, p in lm.calls[:3]] == [1.0, 1.0, 1.0]  # a greedy rewrite copies the text back
+    assert len({p["seed"] for _, p in lm.calls}) == len(lm.calls)  # each attempt its own (reproducible) sample
+    lm = ScriptedLM(lambda m, p: "<new_instruction>Answer the question.</new_instruction>")
+    run(reflection=lm, budget=40, seed=0, max_idle_iterations=2, reflection_temperatures=[0, 0.5])
+    assert [p["temperature"] for _, p in lm.calls[:3]] == [0, 0.5, 0.5]  # the last one repeats
+    # the edit proposer's short rule answers start greedy
+    from gepetto.config import EngineConfig
+    from gepetto.engine.proposers import RULE_TEMPERATURES, temperature
+
+    assert [temperature(EngineConfig(), a, RULE_TEMPERATURES) for a in range(4)] == [0.0, 0.7, 1.0, 1.0]
+
+
 @given(budget=st.integers(12, 120), minibatch=st.integers(1, 4), n_val=st.integers(2, 12),
        noise=st.sampled_from([0.0, 0.5]), seed=st.integers(0, 3), per_round=st.sampled_from([1, 3]))
 @settings(max_examples=40, deadline=None)

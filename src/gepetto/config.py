@@ -168,8 +168,12 @@ class EngineConfig(_Options):
                            "rule per proposal).", REFLECTION, choices=STRATEGIES["proposer"])
     reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried).",
                                       REFLECTION, ge=1)
-    reflection_temperatures: tuple[float, ...] = _field(
-        (0.0, 0.7, 1.0), "Temperature of each reflection attempt (YAML list; the last one repeats).", REFLECTION)
+    # the default depends on what is asked (engine/proposers.py `temperature`): a whole rewrite is sampled, since a
+    # small model's greedy rewrite copies the instruction back (benchmarks/results/reflection_probe.md); a rule
+    # (edit proposer) starts greedy
+    reflection_temperatures: tuple[float, ...] | None = _field(
+        None, "Temperature of each reflection attempt (YAML list; the last one repeats); default: 1.0 for every "
+        "rewrite, 0, 0.7, 1.0 for the edit proposer's rules.", REFLECTION)
     reflection_max_tokens: int = _field(700, "Longest reflection answer (tokens).", REFLECTION, ge=1)
     max_component_chars: int | None = _field(
         None, "Length budget of each instruction (characters; default none): reflection is told it and longer "

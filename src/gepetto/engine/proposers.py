@@ -121,8 +121,15 @@ def over_length(cfg: EngineConfig, candidate: Candidate) -> bool:
     return any(len(parts(cfg, text)[0]) > limit for name, text in candidate.items() if name not in described)
 
 
-def temperature(cfg: EngineConfig, attempt: int) -> float:
-    temps = list(cfg.reflection_temperatures) or [0.0]
+# the default `reflection_temperatures` of each kind of request: a whole rewrite sampled at 1.0 (greedy, the 1.5B
+# copied the seed back on 10 of 10 demo minibatches: benchmarks/results/reflection_probe.md), a rule greedy first
+REWRITE_TEMPERATURES, RULE_TEMPERATURES = (1.0,), (0.0, 0.7, 1.0)
+
+
+def temperature(cfg: EngineConfig, attempt: int, default: Sequence[float]) -> float:
+    """The temperature of reflection attempt `attempt` (from 0): `reflection_temperatures`, else `default`; the
+    last one repeats."""
+    temps = list(cfg.reflection_temperatures if cfg.reflection_temperatures is not None else default) or [0.0]
     return temps[min(attempt, len(temps) - 1)]
 
 
@@ -154,7 +161,7 @@ class Rewrite:
                                 limit=limit)
         max_tokens = cfg.reflection_max_tokens
         for attempt in range(cfg.reflection_attempts):
-            params = {"temperature": temperature(cfg, attempt), "max_tokens": max_tokens,
+            params = {"temperature": temperature(cfg, attempt, REWRITE_TEMPERATURES), "max_tokens": max_tokens,
                       "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [CLOSE_TAG]}
             out = await request.reflect(messages, params)
             if out is None:
@@ -359,7 +366,7 @@ class Edit:
         a bounded number of times."""
         cfg = request.config
         for attempt in range(cfg.reflection_attempts):
-            params = {"temperature": temperature(cfg, attempt), "max_tokens": cfg.rule_max_tokens,
+            params = {"temperature": temperature(cfg, attempt, RULE_TEMPERATURES), "max_tokens": cfg.rule_max_tokens,
                       "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
             out = await request.reflect(messages, params)
             if out is None:
