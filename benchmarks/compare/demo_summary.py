@@ -12,18 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-DEFAULT = Path(__file__).resolve().parents[1] / "results" / "efficiency_demo.json"
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
+from benchmarks.compare.measure import mean_std  # noqa: E402
+from benchmarks.compare.real_summary import rollouts_to_reach  # noqa: E402
 
-def spread(xs: list[float], digits: int = 3) -> str:
-    if len(xs) == 1:
-        return f"{xs[0]:.{digits}f}"
-    return f"{st.mean(xs):.{digits}f} ± {st.stdev(xs):.{digits}f}"
-
-
-def reached(run: dict[str, Any], target: float) -> int | None:
-    """Rollouts spent when the run's best validation score first reached `target`."""
-    return next((n for n, best in run["curve"] if best >= target - 1e-9), None)
+DEFAULT = ROOT / "benchmarks" / "results" / "efficiency_demo.json"
 
 
 def main(files: list[str]) -> None:
@@ -41,13 +37,13 @@ def main(files: list[str]) -> None:
         for s in sorted(runs):
             if system != "gepa" and s in gepa:
                 target = gepa[s]["curve"][-1][1]
-                a, b = reached(runs[s], target), reached(gepa[s], target)
+                a, b = rollouts_to_reach(runs[s]["curve"], target), rollouts_to_reach(gepa[s]["curve"], target)
                 reach.append(f"s{s}: {a if a else 'never'} vs {b}" + (f" ({a / b:.2f}x)" if a and b else ""))
-        print(f"| {system} | {','.join(map(str, sorted(runs)))} | {spread([r['test_score'] for r in rs])} | "
-              f"{spread([r['best_val'] for r in rs])} | {spread([r['wall_s'] for r in rs], 0)} | "
-              f"{spread([r['reflection_calls'] for r in rs], 1)} | "
+        print(f"| {system} | {','.join(map(str, sorted(runs)))} | {mean_std([r['test_score'] for r in rs])} | "
+              f"{mean_std([r['best_val'] for r in rs])} | {mean_std([r['wall_s'] for r in rs], 0)} | "
+              f"{mean_std([r['reflection_calls'] for r in rs], 1)} | "
               f"{st.mean(sum(r['reflection_tokens']) for r in rs):.0f} | "
-              f"{spread([r['proposals']['unchanged'] for r in rs], 1)} | {'; '.join(reach) or '-'} |")
+              f"{mean_std([r['proposals']['unchanged'] for r in rs], 1)} | {'; '.join(reach) or '-'} |")
     print()
     print("| system | seed | test | best val | rollouts | wall s | reflection calls | unchanged | stop |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")

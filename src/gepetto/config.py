@@ -168,9 +168,7 @@ class EngineConfig(_Options):
                            "rule per proposal).", REFLECTION, choices=STRATEGIES["proposer"])
     reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried).",
                                       REFLECTION, ge=1)
-    # the default depends on what is asked (engine/proposers.py `temperature`): a whole rewrite is sampled, since a
-    # small model's greedy rewrite copies the instruction back (benchmarks/results/reflection_probe.md); a rule
-    # (edit proposer) starts greedy
+    # None: each kind of request has its own schedule (engine/proposers.py REWRITE_TEMPERATURES, RULE_TEMPERATURES)
     reflection_temperatures: tuple[float, ...] | None = _field(
         None, "Temperature of each reflection attempt (YAML list; the last one repeats); default: 1.0 for every "
         "rewrite, 0, 0.7, 1.0 for the edit proposer's rules.", REFLECTION)
