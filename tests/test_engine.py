@@ -96,6 +96,21 @@ def test_rewrites_are_sampled_by_default_and_the_schedule_can_be_set():
     assert [temperature(EngineConfig(), a, RULE_TEMPERATURES) for a in range(4)] == [0.0, 0.7, 1.0, 1.0]
 
 
+def test_a_rewrite_that_repeats_an_earlier_child_is_asked_again():
+    # every first answer is the same new text: tested once, then refused as already tried and asked again
+    def answer(messages, params):
+        if params["seed"] % 10 == 0:
+            return "<new_instruction>Answer the question. Apply rule-9.</new_instruction>"
+        return f"<new_instruction>Answer the question. Apply rule-9. Draft {params['seed']}.</new_instruction>"
+
+    lm = ScriptedLM(answer)
+    result = run(reflection=lm, budget=60, seed=0, max_idle_iterations=3)
+    retried = [(m, p) for m, p in lm.calls if p["seed"] % 10 == 1]
+    assert retried and all("proposed before" in m[-1]["content"] for m, _ in retried)
+    assert result.proposals[Outcome.ALREADY_TRIED] == len(retried)  # each refused before its child was built
+    assert result.proposals[Outcome.NOT_BETTER] == len(retried) + 1  # and each retry's text was tested
+
+
 @given(budget=st.integers(12, 120), minibatch=st.integers(1, 4), n_val=st.integers(2, 12),
        noise=st.sampled_from([0.0, 0.5]), seed=st.integers(0, 3), per_round=st.sampled_from([1, 3]))
 @settings(max_examples=40, deadline=None)

@@ -52,8 +52,8 @@ SYSTEMS = ("gepetto", "gepa", "gepa+merge")
 GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     "gepetto-1try": {"reflection_attempts": 1},  # no retry after a rejected reflection answer
     "gepetto-nomerge": {"use_merge": False},
-    # every reflection attempt sampled at temperature 1 (default: 0, then 0.7, then 1): on the demo the greedy
-    # first answer copies the seed instruction back in 10 of 10 minibatches (benchmarks/reflection_probe.py)
+    # every reflection attempt sampled at temperature 1, rules too (the default since 2026-11-26 for rewrites,
+    # whose greedy first answer copied the demo's seed back on 10 of 10 minibatches: benchmarks/reflection_probe.py)
     "gepetto-t1": {"reflection_temperatures": (1.0,)},
     "gepetto-edit": {"proposer": "edit"},  # one-rule edits (issue 10) instead of whole-text rewrites
     "gepetto-fewshot": {"fewshot": 4},  # few-shot demonstrations beside the rewrites (engine/demos.py)

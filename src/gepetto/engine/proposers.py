@@ -169,6 +169,9 @@ class Rewrite:
             proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
             if not proposal.rejected and limit and len(proposal.text) > limit:
                 proposal = replace(proposal, rejected="over the length budget")
+            if (not proposal.rejected and len(request.components) == 1  # (several: the child is their combination)
+                    and request.tried(request.parent.replace(component, demos.join(proposal.text, kept)))):
+                proposal = replace(proposal, rejected="already tried")  # a copy of an earlier child: ask again
             rejected = Outcome.rejected(proposal.rejected) if proposal.rejected else None
             request.emit(ev.ReflectionAnswered(attempt, rejected, proposal.text, out.text))
             if rejected is None:

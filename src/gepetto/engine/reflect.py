@@ -76,6 +76,8 @@ RETRY_HINTS = {
     "format, facts), between {open} and {close}.",
     "over the length budget": "That is too long. Write a shorter instruction (at most {limit} characters) that "
     "keeps what matters most, between {open} and {close}.",
+    "already tried": "That instruction was proposed before. Write a different, improved instruction that "
+    "fixes the failures described in the feedback, between {open} and {close}.",
 }
 
 
@@ -91,6 +93,8 @@ ARTIFACT_RETRY_HINTS = {
     "{close}.",
     "over the length budget": "That is too long. Write a shorter text (at most {limit} characters), between {open} "
     "and {close}.",
+    "already tried": "That text was proposed before. Write a different, improved text that fixes the "
+    "mistakes the feedback names, between {open} and {close}.",
 }
 
 
