@@ -1,11 +1,13 @@
 """The tables of benchmarks/results/efficiency_demo.md from its JSON (or from `run.py real` JSON files given):
-per system, mean ± sd over seeds, and every run.
+per system, mean ± sd over seeds, and every run; with --plot, the mean best validation score over seeds against
+rollouts and against wall time, one line per system named in --systems.
 
-    python benchmarks/compare/demo_summary.py [FILE.json ...]
+    python benchmarks/compare/demo_summary.py [FILE.json ...] [--plot PNG --systems gepa gepetto ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics as st
 import sys
@@ -16,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.compare.measure import mean_std  # noqa: E402
+from benchmarks.compare.measure import load_json, mean_std, plot_mean_curves  # noqa: E402
 from benchmarks.compare.real_summary import rollouts_to_reach  # noqa: E402
 
 DEFAULT = ROOT / "benchmarks" / "results" / "efficiency_demo.json"
@@ -55,5 +57,21 @@ def main(files: list[str]) -> None:
                   f"{r['wall_s']:.0f} | {r['reflection_calls']} | {r['proposals']['unchanged']} | {stop} |")
 
 
+def plot(files: list[str], systems: list[str], path: Path) -> None:
+    records = [r for f in files for r in load_json(Path(f)) if r.system in systems]
+    records.sort(key=lambda r: systems.index(r.system))
+    refs = {f"{k} (on test)": v for k, v in json.loads(Path(files[0]).read_text()).get("references", {}).items()}
+    panels = [("demo: best validation against rollouts", records, refs),
+              ("demo: best validation against wall time", records, refs)]
+    plot_mean_curves(panels, path, seconds=[False, True])
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:] or [str(DEFAULT)])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", default=[str(DEFAULT)])
+    parser.add_argument("--plot", type=Path, help="also write this PNG")
+    parser.add_argument("--systems", nargs="+", default=["gepa", "gepetto"], help="the systems plotted")
+    args = parser.parse_args()
+    main(args.files)
+    if args.plot:
+        plot(args.files, args.systems, args.plot)
