@@ -2,7 +2,7 @@
 per system, mean ± sd over seeds, and every run; with --plot, the mean best validation score over seeds against
 rollouts and against wall time, one line per system named in --systems.
 
-    python benchmarks/compare/demo_summary.py [FILE.json ...] [--plot PNG --systems gepa gepetto ...]
+    python benchmarks/compare/demo_summary.py [FILE.json ...] [--plot PNG --systems gepa gepetto ...] [--pool A=B]
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import argparse
 import json
 import statistics as st
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +19,19 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.compare.measure import load_json, mean_std, plot_mean_curves  # noqa: E402
+from benchmarks.compare.measure import _step_value, load_json, mean_std, plot_mean_curves  # noqa: E402
 from benchmarks.compare.real_summary import rollouts_to_reach  # noqa: E402
 
 DEFAULT = ROOT / "benchmarks" / "results" / "efficiency_demo.json"
 
 
-def main(files: list[str]) -> None:
+def main(files: list[str], pool: dict[str, str]) -> None:
     by: dict[str, dict[int, dict[str, Any]]] = {}
     for f in files:
         for run in json.loads(Path(f).read_text())["runs"]:
-            by.setdefault(run["system"], {})[run["seed"]] = run
+            system = pool.get(run["system"], run["system"])
+            assert run["seed"] not in by.get(system, {}), f"{system} seed {run['seed']} twice"
+            by.setdefault(system, {})[run["seed"]] = run
     gepa = by.get("gepa", {})
     print("| system | seeds | test | best val | wall s | reflection calls | reflection tokens in+out | unchanged "
           "answers | rollouts to gepa's final val (same seed) |")
@@ -47,6 +50,8 @@ def main(files: list[str]) -> None:
               f"{st.mean(sum(r['reflection_tokens']) for r in rs):.0f} | "
               f"{mean_std([r['proposals']['unchanged'] for r in rs], 1)} | {'; '.join(reach) or '-'} |")
     print()
+    reach_table(by)
+    print()
     print("| system | seed | test | best val | rollouts | wall s | reflection calls | unchanged | stop |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for system, runs in by.items():
@@ -57,8 +62,31 @@ def main(files: list[str]) -> None:
                   f"{r['wall_s']:.0f} | {r['reflection_calls']} | {r['proposals']['unchanged']} | {stop} |")
 
 
-def plot(files: list[str], systems: list[str], path: Path) -> None:
-    records = [r for f in files for r in load_json(Path(f)) if r.system in systems]
+def reach_table(by: dict[str, dict[int, dict[str, Any]]]) -> None:
+    """Each gepa run's final validation score as a target for every run of every system (not only the run of the
+    same seed: one gepa run's final score is a noisy target): how many runs reach it, and the median rollouts of
+    those that do; and when the mean over a system's runs first reaches the mean of gepa's final scores."""
+    finals = [r["curve"][-1][1] for r in by.get("gepa", {}).values()]
+    if not finals:
+        return
+    targets, mean_final = sorted({round(x, 4) for x in finals}), st.mean(finals)
+    print("| system | runs | " + " | ".join(f"reach {t:.3f}: runs, median rollouts" for t in targets) +
+          f" | mean over runs reaches gepa's mean final {mean_final:.3f} at |")
+    print("|---|---:|" + "---:|" * (len(targets) + 1))
+    for system, runs in by.items():
+        cells = []
+        for t in targets:
+            got = [x for x in (rollouts_to_reach(r["curve"], t) for r in runs.values()) if x is not None]
+            cells.append(f"{len(got)}/{len(runs)}, {st.median(got):.0f}" if got else f"0/{len(runs)}, -")
+        top = max(u for r in runs.values() for u, _ in r["curve"])
+        mean_at = next((x for x in range(top + 1) if st.mean(_step_value(r["curve"], x) for r in runs.values())
+                        >= mean_final - 1e-9), None)
+        print(f"| {system} | {len(runs)} | " + " | ".join(cells) + f" | {mean_at if mean_at else 'never'} |")
+
+
+def plot(files: list[str], systems: list[str], path: Path, pool: dict[str, str]) -> None:
+    records = [replace(r, system=pool.get(r.system, r.system)) for f in files for r in load_json(Path(f))]
+    records = [r for r in records if r.system in systems]
     records.sort(key=lambda r: systems.index(r.system))
     refs = {f"{k} (on test)": v for k, v in json.loads(Path(files[0]).read_text()).get("references", {}).items()}
     panels = [("demo: best validation against rollouts", records, refs),
@@ -71,7 +99,10 @@ if __name__ == "__main__":
     parser.add_argument("files", nargs="*", default=[str(DEFAULT)])
     parser.add_argument("--plot", type=Path, help="also write this PNG")
     parser.add_argument("--systems", nargs="+", default=["gepa", "gepetto"], help="the systems plotted")
+    parser.add_argument("--pool", nargs="*", default=[], metavar="A=B",
+                        help="count system A's runs as system B's (the same settings under two names)")
     args = parser.parse_args()
-    main(args.files)
+    pool = dict(x.split("=", 1) for x in args.pool)
+    main(args.files, pool)
     if args.plot:
-        plot(args.files, args.systems, args.plot)
+        plot(args.files, args.systems, args.plot, pool)
