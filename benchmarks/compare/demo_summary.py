@@ -81,7 +81,7 @@ def reach_table(by: dict[str, dict[int, dict[str, Any]]]) -> None:
         top = max(u for r in runs.values() for u, _ in r["curve"])
         mean_at = next((x for x in range(top + 1) if st.mean(_step_value(r["curve"], x) for r in runs.values())
                         >= mean_final - 1e-9), None)
-        print(f"| {system} | {len(runs)} | " + " | ".join(cells) + f" | {mean_at if mean_at else 'never'} |")
+        print(f"| {system} | {len(runs)} | " + " | ".join(cells) + f" | {'never' if mean_at is None else mean_at} |")
 
 
 def plot(files: list[str], systems: list[str], path: Path, pool: dict[str, str]) -> None:
