@@ -133,6 +133,27 @@ def temperature(cfg: EngineConfig, attempt: int, default: Sequence[float]) -> fl
     return temps[min(attempt, len(temps) - 1)]
 
 
+def reflection_params(request: ProposalRequest, attempt: int, temperatures: Sequence[float], *, max_tokens: int,
+                      stop: str) -> dict[str, Any]:
+    """The sampling params of reflection attempt `attempt` of this proposal: its temperature, and a seed of its own
+    (the run's seed, the iteration and the attempt), so a resumed run asks the very same question."""
+    cfg = request.config
+    return {"temperature": temperature(cfg, attempt, temperatures), "max_tokens": max_tokens,
+            "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [stop]}
+
+
+def refusal(request: ProposalRequest, component: str, text: str, kept: list[demos.Demo], *, limit: int | None,
+            check_tried: bool = True) -> str:
+    """Why a vetted instruction `text` for `component` is still refused before any rollout ("" if it is not): longer
+    than `limit`, or its child (the parent with `text` and the demonstrations `kept`) was proposed before, so the
+    reflection LM is asked again rather than the proposal ending."""
+    if limit and len(text) > limit:
+        return "over the length budget"
+    if check_tried and request.tried(request.parent.replace(component, demos.join(text, kept))):
+        return "already tried"
+    return ""
+
+
 class Rewrite:
     """The paper's proposer: show the reflection LM the minibatch rollouts of one component with their feedback
     and ask for a whole new text; vet each answer (engine/reflect.py) and ask again, told why, a bounded number of
@@ -161,17 +182,15 @@ class Rewrite:
                                 limit=limit)
         max_tokens = cfg.reflection_max_tokens
         for attempt in range(cfg.reflection_attempts):
-            params = {"temperature": temperature(cfg, attempt, REWRITE_TEMPERATURES), "max_tokens": max_tokens,
-                      "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [CLOSE_TAG]}
+            params = reflection_params(request, attempt, REWRITE_TEMPERATURES, max_tokens=max_tokens, stop=CLOSE_TAG)
             out = await request.reflect(messages, params)
             if out is None:
                 continue
             proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
-            if not proposal.rejected and limit and len(proposal.text) > limit:
-                proposal = replace(proposal, rejected="over the length budget")
-            if (not proposal.rejected and len(request.components) == 1  # (several: the child is their combination)
-                    and request.tried(request.parent.replace(component, demos.join(proposal.text, kept)))):
-                proposal = replace(proposal, rejected="already tried")  # a copy of an earlier child: ask again
+            if not proposal.rejected:  # (several components: the child is their combination, not checked here)
+                why = refusal(request, component, proposal.text, kept, limit=limit,
+                              check_tried=len(request.components) == 1)
+                proposal = replace(proposal, rejected=why)
             rejected = Outcome.rejected(proposal.rejected) if proposal.rejected else None
             request.emit(ev.ReflectionAnswered(attempt, rejected, proposal.text, out.text))
             if rejected is None:
@@ -355,11 +374,7 @@ class Edit:
         def vet(out: Completion) -> tuple[str, str]:
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
             child_text = edits.apply_rule(current, rule, edits.expected_answer(focus.pattern))
-            if not why and limit and len(child_text) > limit:
-                why = "over the length budget"
-            if not why and request.tried(parent.replace(component, demos.join(child_text, kept))):
-                why = "already tried"
-            return rule, why
+            return rule, why or refusal(request, component, child_text, kept, limit=limit)
 
         return await self._ask(request, messages, vet, lambda why: edits.retry_hint(why, focus.pattern))
 
@@ -369,8 +384,8 @@ class Edit:
         a bounded number of times."""
         cfg = request.config
         for attempt in range(cfg.reflection_attempts):
-            params = {"temperature": temperature(cfg, attempt, RULE_TEMPERATURES), "max_tokens": cfg.rule_max_tokens,
-                      "seed": cfg.seed * 100_003 + request.iteration * 10 + attempt, "stop": [edits.RULE_CLOSE]}
+            params = reflection_params(request, attempt, RULE_TEMPERATURES, max_tokens=cfg.rule_max_tokens,
+                                       stop=edits.RULE_CLOSE)
             out = await request.reflect(messages, params)
             if out is None:
                 continue
