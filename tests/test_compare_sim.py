@@ -213,6 +213,14 @@ def test_gepetto_side_end_to_end_on_the_sim_track() -> None:
     assert (again.curve, again.best_candidate) == (rec.curve, rec.best_candidate)
 
 
+def test_a_demonstration_added_is_not_counted_as_a_paid_reflection_answer() -> None:
+    # with fewshot, half of the proposals add a demonstration without a reflection call: their minibatch test
+    # must not be put on the last reflection answer's account (in this run, a useless one before the fix)
+    w = sim_rules.world("noisy")
+    rec = run_gepetto(w.task(), w.task_lm(0), w.reflection_lm(0), budget=600, seed=0, fewshot=4)
+    assert rec.proposals["useless"] > 0 and rec.proposals["useless_paid"] == 0
+
+
 def test_gepetto_side_over_http_on_the_walltime_track() -> None:
     import argparse
     import dataclasses

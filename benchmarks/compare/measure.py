@@ -189,7 +189,7 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
         elif isinstance(event, ProposalTested):
             nonlocal retests
             retests += bool(event.retested)
-            if paid:
+            if paid and event.origin is None:  # a reflection answer's child (not a demonstration added)
                 paid[-1] = True
 
     t0 = time.perf_counter()
