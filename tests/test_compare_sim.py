@@ -3,6 +3,7 @@ gepetto side end to end. The gepa side runs only where the reference `gepa` pack
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -296,3 +297,19 @@ def test_gepa_side_end_to_end_on_the_sim_track() -> None:
     assert rec.proposals["answers"] == rec.reflection_calls
     assert rec.proposals["useless_paid"] == rec.proposals["useless"]  # gepa evaluates every answer
     assert set(rec.best_candidate) == set(task.seed_candidate)
+
+
+def test_adaptive_fewshot_tests_fewer_demonstrations_where_they_do_not_help(tmp_path) -> None:
+    # the scripted task LM reads rules only: a demonstration passes its test only when it happens to undo a slip
+    w = sim_rules.world("multi")
+
+    def demo_tests(**options: object) -> list[dict]:
+        path = tmp_path / f"{len(options)}.jsonl"
+        run_gepetto(w.task(), w.task_lm(0), w.reflection_lm(0), budget=1500, seed=0, fewshot=4, events=path,
+                    **options)
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        return [e for e in lines if e["kind"] == "proposal" and e["origin"] == "demo"]
+
+    fixed, learnt = demo_tests(), demo_tests(adaptive_fewshot=True)
+    assert sum(e["accepted"] for e in fixed) < len(fixed) / 5  # they rarely pass
+    assert len(learnt) < len(fixed) / 2

@@ -257,3 +257,35 @@ def test_realtrack_names_a_fewshot_run_apart():
     assert run_name("demo", "edit", 0) == "rt-demo-edit-s0"
     assert run_name("demo", "edit", 0, fewshot=4) == "rt-demo-edit-fs4-s0"
     assert run_name("demo", "edit", 1, fewshot=4, suffix="v6fs") == "rt-demo-edit-s1-v6fs"  # as before the tag
+
+
+# ---- adaptive_fewshot: the share learnt from how each kind of proposal fared ----------------------------
+def test_the_demo_share_starts_at_the_given_share_and_follows_the_tests():
+    from gepetto.engine.proposers import demo_share
+
+    none = {"demo": [0, 0], "other": [0, 0]}
+    assert demo_share(0.5, none) == pytest.approx(0.5) and demo_share(0.3, none) == pytest.approx(0.3)
+    failing_demos = {"demo": [0, 10], "other": [5, 10]}
+    assert demo_share(0.5, failing_demos) == pytest.approx((1 / 12) / (1 / 12 + 6 / 12))
+    assert demo_share(0.5, {"demo": [6, 8], "other": [1, 8]}) > 0.75  # demonstrations help more: more of them
+    assert demo_share(0.5, {"demo": [3, 10], "other": [3, 10]}) == pytest.approx(0.5)  # alike: as given
+    assert demo_share(0.0, failing_demos) == 0.0 and demo_share(1.0, failing_demos) == 1.0
+
+
+def _demo_tests(task_lm, *, adaptive):
+    from gepetto.events import ProposalTested
+
+    seen = []
+    reflection = ScriptedLM(lambda m, p: "<new_instruction>Classify the message carefully.</new_instruction>",
+                            name="reflect")
+    engine = build_engine({"instruction": "Classify the message. Reply with the label only."}, _examples("t", 32),
+                          _metric, valset=_examples("v", 16), program=single_instruction(), task_lm=task_lm,
+                          reflection_lm=reflection, budget=300, use_merge=False, seed=0, fewshot=4,
+                          adaptive_fewshot=adaptive, callbacks=seen.append)
+    result = asyncio.run(engine.run())
+    return result, [e for e in seen if isinstance(e, ProposalTested) and e.origin == "demo"]
+
+
+def test_adaptive_fewshot_keeps_demonstrations_where_they_help():
+    result, shown = _demo_tests(_task_lm(), adaptive=True)  # only demonstrations help this task LM
+    assert any(e.accepted for e in shown) and result.best_score >= 0.875

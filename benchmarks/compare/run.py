@@ -57,6 +57,7 @@ GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     "gepetto-t1": {"reflection_temperatures": (1.0,)},
     "gepetto-edit": {"proposer": "edit"},  # one-rule edits (issue 10) instead of whole-text rewrites
     "gepetto-fewshot": {"fewshot": 4},  # few-shot demonstrations beside the rewrites (engine/demos.py)
+    "gepetto-fewshot-adaptive": {"fewshot": 4, "adaptive_fewshot": True},  # the share learnt from the tests
     "gepetto-edit-fewshot": {"proposer": "edit", "fewshot": 4},
     "gepetto-racing": {"racing": True},  # racing validation (engine/racing.py): cut children proved out early
     # racing that also cuts on a one-sided sign test at 95% confidence (not exact; random validation order)

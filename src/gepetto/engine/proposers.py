@@ -400,13 +400,41 @@ class Edit:
         return None
 
 
+TESTS_KEY = "fewshot.tests"  # state.memory: {"demo" | "other": [passed, tested]}, the minibatch tests of each kind
+
+
+def demo_share(base: float, tests: Mapping[str, Sequence[int]]) -> float:
+    """The share of proposals that add a demonstration (adaptive_fewshot): `base` (fewshot_share) weighted by how
+    often each kind of proposal passed its test so far, (passed + 1) / (tested + 2) each; before any test, `base`.
+    Where demonstrations do not help the task model their tests fail and the share falls; where they help more than
+    rewrites it rises."""
+    (demo_passed, demo_tested), (other_passed, other_tested) = tests["demo"], tests["other"]
+    demo = base * (demo_passed + 1) / (demo_tested + 2)
+    other = (1 - base) * (other_passed + 1) / (other_tested + 2)
+    return demo / (demo + other)
+
+
+def counted(proposal: Proposal, tally: list[int]) -> Proposal:
+    """`proposal`, with its test's verdict added to `tally` ([passed, tested]) before its own verdict is told."""
+    told = proposal.verdict
+
+    def verdict(child: Candidate, accepted: bool) -> None:
+        tally[0] += accepted
+        tally[1] += 1
+        if told is not None:
+            told(child, accepted)
+
+    return replace(proposal, verdict=verdict)
+
+
 class FewShot:
     """Few-shot demonstrations (engine/demos.py) next to another proposer: with probability `fewshot_share` a
     proposal adds one solved training example to a component's demonstrations (at most `fewshot`, see
     `demos.add` for which one goes), chosen to show the right answer of one of the parent's frequent mistakes
     and to look like the inputs it got wrong; it costs no reflection call and is tested like an edit, on that
     mistake's failures and on solved cases. Otherwise, or when no mistake or usable solved example is known, the
-    other proposer proposes (the built-ins see only the instruction part). Its children have origin "demo"."""
+    other proposer proposes (the built-ins see only the instruction part). Its children have origin "demo".
+    With `adaptive_fewshot` the share is learnt from how each kind's tests went in this run (`demo_share`)."""
 
     def __init__(self, inner: Any, cfg: EngineConfig) -> None:
         self.inner, self.cfg = inner, cfg
@@ -421,12 +449,17 @@ class FewShot:
         described = [c for c in request.components if request.description(c)]
         drafts = getattr(self.inner, "drafts", None)  # the edit proposer's first draft of the rules goes first
         first_draft = drafts is not None and drafts(request.state, request.components)
-        if len(request.components) == 1 and not described and not first_draft and (
-                request.rng.random() < cfg.fewshot_share):
+        share, tests = cfg.fewshot_share, None
+        if cfg.adaptive_fewshot:
+            tests = request.state.memory.setdefault(TESTS_KEY, {"demo": [0, 0], "other": [0, 0]})
+            share = demo_share(share, tests)
+        if len(request.components) == 1 and not described and not first_draft and request.rng.random() < share:
             proposal = self._demo(request, request.components[0])
             if proposal is not None:
-                return proposal
-        return await self.inner.propose(request)
+                return counted(proposal, tests["demo"]) if tests is not None else proposal
+        answer = await self.inner.propose(request)
+        other = as_proposal(answer, request) if tests is not None else None
+        return counted(other, tests["other"]) if tests is not None and other is not None else answer
 
     def _sources(self, request: ProposalRequest) -> set[str]:
         """The training examples a demonstration may come from: never a validation example (it would be scored
