@@ -471,7 +471,7 @@ def _stored(storage, stop=None, **options):
                             # (demonstrations do not help the simulated task LM: accepted only when not worse)
                             {"proposer": "edit", "fewshot": 3, "accept": "non_decreasing"},
                             {"fewshot": 2, "fewshot_share": 0.7, "accept": "non_decreasing"},
-                            {"fewshot": 2, "adaptive_fewshot": True, "accept": "non_decreasing"},
+                            {"fewshot": 2, "adaptive_fewshot": False, "accept": "non_decreasing"},
                             {"racing": True, "racing_chunk": 1, "proposals_per_round": 3},
                             {"adaptive_merge": True}, {"accept": "paired", "accept_tolerance": 0.34},
                             {"accept": "paired", "accept_tolerance": 0.34, "proposals_per_round": 3}])

@@ -56,8 +56,11 @@ GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     # whose greedy first answer copied the demo's seed back on 10 of 10 minibatches: benchmarks/reflection_probe.py)
     "gepetto-t1": {"reflection_temperatures": (1.0,)},
     "gepetto-edit": {"proposer": "edit"},  # one-rule edits (issue 10) instead of whole-text rewrites
-    "gepetto-fewshot": {"fewshot": 4},  # few-shot demonstrations beside the rewrites (engine/demos.py)
-    "gepetto-fewshot-adaptive": {"fewshot": 4, "adaptive_fewshot": True},  # the share learnt from the tests
+    # few-shot demonstrations beside the rewrites (engine/demos.py); the share learnt from the tests by default
+    # since 2026-11-26 (adaptive_fewshot); "-fixed" is the fixed share, as "gepetto-fewshot" was before
+    "gepetto-fewshot": {"fewshot": 4},
+    "gepetto-fewshot-adaptive": {"fewshot": 4, "adaptive_fewshot": True},
+    "gepetto-fewshot-fixed": {"fewshot": 4, "adaptive_fewshot": False},
     "gepetto-edit-fewshot": {"proposer": "edit", "fewshot": 4},
     "gepetto-racing": {"racing": True},  # racing validation (engine/racing.py): cut children proved out early
     # racing that also cuts on a one-sided sign test at 95% confidence (not exact; random validation order)

@@ -193,7 +193,9 @@ class EngineConfig(_Options):
                           "proposals adds one instead of asking reflection.", EDIT, ge=0)
     fewshot_share: float = _field(0.5, "With fewshot: the share of proposals that add a demonstration.", EDIT,
                                   ge=0, le=1)
-    adaptive_fewshot: bool = _field(False, "With fewshot: learn the share as the run goes, fewshot_share weighted "
+    # on by default: level with the fixed share on the demo, fewer wasted demonstrations where they do not help
+    # (benchmarks/results/efficiency_demo.md, compare_sim_fewshot.md)
+    adaptive_fewshot: bool = _field(True, "With fewshot: learn the share as the run goes, fewshot_share weighted "
                                     "by how often demonstrations and other proposals passed their tests.", EDIT)
     use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)
     max_merges: int = _field(5, "Merges at most.", MERGE, ge=0)
