@@ -150,3 +150,15 @@ def test_a_run_stored_by_an_earlier_version_resumes(cli):
     more = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--budget", 120, "-q")
     assert more.exit_code == 0 and "/120 rollouts" in more.output
     assert "engine" not in RunStore("s.sqlite").get_run("r").config  # rewritten in the current form
+
+
+def test_a_run_stored_before_the_learnt_fewshot_share_resumes_with_a_fixed_one(cli):
+    res = cli("optimize", *SIM, "--budget", 60, "--fewshot", 2, "--run", "r", "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 0, res.output
+    store = RunStore("s.sqlite")
+    config = store.get_run("r").config
+    assert config["adaptive_fewshot"] is True  # the default, stored with the run
+    store.update_config("r", {k: v for k, v in config.items() if k != "adaptive_fewshot"})
+    more = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--budget", 80, "-q")
+    assert more.exit_code == 0, more.output
+    assert RunStore("s.sqlite").get_run("r").config["adaptive_fewshot"] is False

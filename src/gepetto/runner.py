@@ -240,7 +240,8 @@ def open_run(
     info = store.get_run(name)
     resumed = info is not None
     if info is not None:
-        stored = RunConfig(**info.config)
+        # a run stored before adaptive_fewshot existed had a fixed few-shot share: it resumes with one
+        stored = RunConfig(**{"adaptive_fewshot": False, **info.config})
         cfg = _resumed_config(name, stored, cfg, explicit or set(), hint)
     ledger = Ledger.from_dict(store.ledger(name))  # costs of earlier sessions of this run stay counted
     ledger.prices = dict(cfg.prices)
