@@ -162,3 +162,20 @@ def test_a_run_stored_before_the_learnt_fewshot_share_resumes_with_a_fixed_one(c
     more = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--budget", 80, "-q")
     assert more.exit_code == 0, more.output
     assert RunStore("s.sqlite").get_run("r").config["adaptive_fewshot"] is False
+
+
+def test_a_run_stored_when_fewshot_was_off_by_default_resumes_without_demonstrations(cli):
+    res = cli("optimize", *SIM, "--budget", 60, "--run", "r", "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 0, res.output
+    store = RunStore("s.sqlite")
+    config = store.get_run("r").config
+    assert config["fewshot"] is None  # not set: the built-ins' default (config.FEWSHOT) where a valset is apart
+    store.update_config("r", {**config, "fewshot": 0})  # what a run stored before the switch has
+    more = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--budget", 80, "-q")
+    assert more.exit_code == 0, more.output
+    assert RunStore("s.sqlite").get_run("r").config["fewshot"] == 0
+    from gepetto.engine.proposers import FewShot
+    from gepetto.engine.strategies import resolve
+
+    assert not isinstance(resolve("proposer", None, EngineConfig(fewshot=0)), FewShot)
+    assert isinstance(resolve("proposer", None, EngineConfig()), FewShot)

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+import gepetto
 from gepetto.api import build_engine
 from gepetto.engine import demos
 from gepetto.lm.base import Completion
@@ -140,7 +141,7 @@ def _run(*, val=None, **options):
 
 @pytest.mark.parametrize("proposer", ["rewrite", "edit"])
 def test_demonstrations_find_the_gain_rules_cannot(proposer):
-    without, _ = _run(proposer=proposer)
+    without, _ = _run(proposer=proposer, fewshot=0)
     with_demos, reflection = _run(proposer=proposer, fewshot=4)
     assert without.best_score == pytest.approx(0.5)  # only the clear half: the words never help
     assert with_demos.best_score >= 0.875
@@ -163,7 +164,7 @@ def test_a_rewrite_keeps_the_parents_demonstrations():
     cfg = EngineConfig(fewshot=2)
     text = demos.join("Classify.", [demos.Demo("vague message of kind 1 (#t5)", "label_1")])
     assert parts(cfg, text) == ("Classify.", [demos.Demo("vague message of kind 1 (#t5)", "label_1")])
-    assert parts(EngineConfig(), text) == (text, [])  # fewshot off: the text is all instruction
+    assert parts(EngineConfig(fewshot=0), text) == (text, [])  # fewshot off: the text is all instruction
 
 
 def test_fewshot_runs_are_deterministic():
@@ -184,6 +185,47 @@ def test_without_a_separate_valset_no_demonstration_is_proposed_and_a_warning_sa
     with pytest.warns(RuntimeWarning, match="every training example is also a validation example"):
         result, _ = _run(proposer="edit", fewshot=4, val=_examples("t", 32))
     assert not any(demos.HEADER in c.candidate["instruction"] for c in result.candidates)
+
+
+def test_demonstrations_are_on_by_default_where_a_valset_is_apart():
+    from gepetto.config import FEWSHOT, EngineConfig
+
+    assert EngineConfig().fewshot is None and EngineConfig().demonstrations == FEWSHOT == 4
+    assert EngineConfig(fewshot=0).demonstrations == 0
+    result, _ = _run(proposer="rewrite")
+    assert any(c.origin == "demo" for c in result.candidates) and result.best_score >= 0.875
+
+
+def test_by_default_a_run_without_a_valset_apart_is_one_without_demonstrations_and_says_nothing():
+    import warnings
+
+    train = _examples("t", 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (an explicit fewshot warns: the test above)
+        default, _ = _run(proposer="rewrite", val=train)
+    off, _ = _run(proposer="rewrite", val=train, fewshot=0)
+    timeless = {"wall_seconds": 0, "ledger": 0}
+    assert default.to_dict() | timeless == off.to_dict() | timeless
+    assert default.ledger.roles["reflection"].calls == off.ledger.roles["reflection"].calls
+    assert not any(c.origin == "demo" for c in default.candidates)
+
+
+def test_at_the_budgets_tail_a_last_proposal_is_made_without_a_demonstration():
+    # a demonstration's test (minibatch + gate_solved examples) no longer fits: the last proposal is tested on its
+    # minibatch, so the budget is spent as it would be without few-shot
+    from gepetto.events import ProposalTested
+    from gepetto.testing import sim
+
+    task, seen = sim.task(n_train=6, n_val=6, kinds=2), []
+    result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                              program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
+                              budget=30, seed=0, use_merge=False, callbacks=seen.append)
+    off = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                           program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
+                           budget=30, seed=0, use_merge=False, fewshot=0)
+    assert result.rollouts_used == off.rollouts_used == 30
+    last = [e for e in seen if isinstance(e, ProposalTested)][-1]
+    assert last.origin is None  # (3 + 6 + 6 would not fit in the 12 left; 3 + 3 + 6 does)
 
 
 # ---- reflection on a text with demonstrations ------------------------------------------------------------
@@ -242,7 +284,7 @@ def test_a_proposer_of_ones_own_gets_demonstrations_beside_it():
             return None
 
     mine = Mine()
-    assert resolve("proposer", mine, EngineConfig()) is mine
+    assert resolve("proposer", mine, EngineConfig()) is mine  # by default only the built-ins get demonstrations
     wrapped = resolve("proposer", mine, EngineConfig(fewshot=2))
     assert isinstance(wrapped, FewShot) and wrapped.inner is mine
 

@@ -138,9 +138,12 @@ def test_concurrency_does_not_change_the_result():
     assert fingerprint(a) == fingerprint(b)
 
 
-def test_concurrent_proposal_rounds_are_deterministic_and_reach_the_optimum():
+# (with few-shot, the default, a proposal reads the rollouts and children tried so far and its test's verdict
+# counts: all as of the round's start, whatever the timing; fixed share too)
+@pytest.mark.parametrize("options", [{}, {"adaptive_fewshot": False}, {"fewshot": 0}])
+def test_concurrent_proposal_rounds_are_deterministic_and_reach_the_optimum(options):
     runs = [run(task_lm=sim.SimTaskLM(latency=lat), reflection=sim.SimReflectionLM(noise=0.3, latency=lat),
-                budget=300, seed=9, proposals_per_round=4, max_concurrency=c)
+                budget=300, seed=9, proposals_per_round=4, max_concurrency=c, **options)
             for lat, c in ((0.0, 1), (0.002, 16), (0.001, 4))]
     assert fingerprint(runs[0]) == fingerprint(runs[1]) == fingerprint(runs[2])
     assert runs[0].best_score == 1.0

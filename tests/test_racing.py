@@ -150,13 +150,15 @@ def test_with_a_confidence_the_order_is_free_examples_then_random():
 TASK = sim.task(n_train=24, n_val=30, kinds=6, components=2)
 
 
+# (fewshot=0 here: the counts and cuts below are of paths without demonstrations; racing with the default
+# few-shot resumes exactly: tests/test_strategies.py)
 def _run(racing_on, seed=2, iterations=40, **options):
     events = []
     result = gepetto.optimize(
         TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
         task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=seed, forget=True, max_rules=2),
         budget=100_000, seed=seed, racing=racing_on, max_idle_iterations=1000, callbacks=events.append,
-        stop=lambda s: s.iteration >= iterations, **options)
+        stop=lambda s: s.iteration >= iterations, **{"fewshot": 0, **options})
     return result, events
 
 
@@ -233,7 +235,7 @@ def test_a_race_with_a_confidence_resumes_exactly(tmp_path):
         return gepetto.optimize(
             TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
             task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2, forget=True, max_rules=2),
-            budget=400, seed=2, racing=True, racing_chunk=2, racing_confidence=0.9, storage=storage, run="r",
+            budget=400, seed=2, racing=True, racing_chunk=2, racing_confidence=0.9, storage=storage, run="r", fewshot=0,
             stop=stop)
 
     whole = run(tmp_path / "whole.sqlite")
@@ -257,7 +259,7 @@ def _budgeted(budget, racing_on, **options):
     return gepetto.optimize(
         TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
         task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2, forget=True, max_rules=2),
-        budget=budget, seed=2, racing=racing_on, **options)
+        budget=budget, seed=2, racing=racing_on, **{"fewshot": 0, **options})
 
 
 @pytest.mark.parametrize("budget", [120, 200, 333])

@@ -207,7 +207,7 @@ def noisy_run(seed, skill, child_skill, trainset=NOISY_TRAIN, **options):
     events = []
     result = gepetto.optimize({"instruction": f"Say yes. skill {skill}"}, trainset, _yes, valset=NOISY_VAL,
                               task_lm=NoisyTaskLM(seed), reflection_lm=reflection, seed=seed,
-                              use_merge=False, callbacks=events.append, **options)
+                              use_merge=False, callbacks=events.append, **{"fewshot": 0, **options})
     return result, [e for e in events if isinstance(e, ProposalTested)], events
 
 
@@ -473,7 +473,7 @@ def _stored(storage, stop=None, **options):
                             {"fewshot": 2, "fewshot_share": 0.7, "accept": "non_decreasing"},
                             {"fewshot": 2, "adaptive_fewshot": False, "accept": "non_decreasing"},
                             {"racing": True, "racing_chunk": 1, "proposals_per_round": 3},
-                            {"adaptive_merge": True}, {"accept": "paired", "accept_tolerance": 0.34},
+                            {"adaptive_merge": True}, {"accept": "paired", "accept_tolerance": 0.34, "fewshot": 0},
                             {"accept": "paired", "accept_tolerance": 0.34, "proposals_per_round": 3}])
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, options):
     whole = _stored(tmp_path / "whole.sqlite", **options)

@@ -56,8 +56,10 @@ GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     # whose greedy first answer copied the demo's seed back on 10 of 10 minibatches: benchmarks/reflection_probe.py)
     "gepetto-t1": {"reflection_temperatures": (1.0,)},
     "gepetto-edit": {"proposer": "edit"},  # one-rule edits (issue 10) instead of whole-text rewrites
-    # few-shot demonstrations beside the rewrites (engine/demos.py); the share learnt from the tests by default
-    # since 2026-11-26 (adaptive_fewshot); "-fixed" is the fixed share, as "gepetto-fewshot" was before
+    # few-shot demonstrations beside the rewrites (engine/demos.py), on by default since 2026-11-26 (before, off:
+    # "gepetto-nofewshot"); the share learnt from the tests by default since 2026-11-26 (adaptive_fewshot);
+    # "-fixed" is the fixed share, as "gepetto-fewshot" was before
+    "gepetto-nofewshot": {"fewshot": 0},
     "gepetto-fewshot": {"fewshot": 4},
     "gepetto-fewshot-adaptive": {"fewshot": 4, "adaptive_fewshot": True},
     "gepetto-fewshot-fixed": {"fewshot": 4, "adaptive_fewshot": False},

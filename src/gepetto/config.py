@@ -38,6 +38,7 @@ SESSION_ONLY = frozenset({"stop_file", "tracking"})
 # prefix of a task, an LM or a strategy that is a Python object given to gepetto.optimize() (not loadable from a
 # name): `python:MODULE:QUALNAME`
 PYTHON = "python:"
+FEWSHOT = 4  # the built-in proposers' demonstrations per component when `fewshot` is not set
 # the swappable strategies of the loop (engine/strategies.py): option -> its built-in names (the first is the
 # default); each option also takes an object given to gepetto.optimize(), stored as python:MODULE:QUALNAME
 STRATEGIES: dict[str, tuple[str, ...]] = {
@@ -189,8 +190,13 @@ class EngineConfig(_Options):
                               "this many training examples and drafts one rule per right answer seen there (from up "
                               "to 4 of its inputs), all in one child; 0: off.", EDIT, ge=0)
     # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text
-    fewshot: int = _field(0, "Most demonstrations (solved training examples) per component; 0: none. A share of "
-                          "proposals adds one instead of asking reflection.", EDIT, ge=0)
+    # on by default (FEWSHOT) with the built-in proposers: level with or above no demonstrations on the demo and 3 of
+    # 4 CLINC tasks, in fewer rollouts and less wall time (benchmarks/results/efficiency_demo.md); a proposer of
+    # one's own gets demonstrations only when asked, and a run with no valset apart has no example to show
+    fewshot: int | None = _field(None, "Most demonstrations (solved training examples) per component; 0: none. A "
+                                 f"share of proposals adds one instead of asking reflection. Default: {FEWSHOT} with "
+                                 "a built-in proposer (none when every training example is also a validation "
+                                 "example).", EDIT, ge=0)
     fewshot_share: float = _field(0.5, "With fewshot: the share of proposals that add a demonstration.", EDIT,
                                   ge=0, le=1)
     # on by default: level with the fixed share on the demo, fewer wasted demonstrations where they do not help
@@ -224,6 +230,11 @@ class EngineConfig(_Options):
         if self.racing_confidence is not None and not self.racing:
             raise ValueError("racing_confidence needs racing=True (it is a cut rule of racing validation)")
         return self
+
+    @property
+    def demonstrations(self) -> int:
+        """Most demonstrations per component with a built-in proposer: `fewshot`, or FEWSHOT when it is not set."""
+        return FEWSHOT if self.fewshot is None else self.fewshot
 
     _executor_objects: ClassVar[bool] = True  # an Executor object is an option of one process, never stored
 

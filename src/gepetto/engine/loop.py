@@ -11,11 +11,12 @@ works).
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -153,8 +154,9 @@ class Engine:
         strategies: Mapping[str, Any] | None = None,
         stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
     ) -> None:
-        self.config = cfg = config or EngineConfig()
+        cfg = config or EngineConfig()
         _check_inputs(seed_candidate, trainset, valset, cfg)
+        self.config = cfg = _fewshot_set(cfg, trainset, valset)
         self.program, self.metric, self.seed = program, metric, seed_candidate
         self.trainset, self.valset = list(trainset), list(valset)
         self.components = list(cfg.components or seed_candidate.keys())
@@ -176,6 +178,12 @@ class Engine:
         self._sem: asyncio.Semaphore | None = None
         self._tried: set[str] = set()  # ids of every child ever proposed (never pay twice for one text)
         self._validating: dict[str, CandidateRecord] = {}  # validations begun and not yet committed
+        # a round's proposals decide from the rollouts paid and the children tried before it began (and their own
+        # minibatch), and the verdicts of their tests are told at its end in plan order: what a round of concurrent
+        # proposals does does not hang on their timing (claims of a text go in plan order too: _claim)
+        self._settled: frozenset[tuple[str, str]] = frozenset()
+        self._settled_tried: frozenset[str] = frozenset()
+        self._verdicts: dict[int, Callable[[], None]] = {}  # plan iteration -> its proposal's verdict, to tell
         self._raced_out: list[CandidateRecord] = []  # children whose validation racing cut (Result.raced_out)
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
@@ -279,6 +287,8 @@ class Engine:
         reserved = 0
         for _ in range(cfg.proposals_per_round):
             plan = self._plan_proposal()
+            if not plans and plan.cost > st.remaining and not self._tail_fits(plan):
+                plan = self._narrowed(plan)
             if reserved + plan.cost > st.remaining:
                 if not plans and not self._tail_fits(plan):
                     self._afford(plan.cost, "next proposal")
@@ -294,6 +304,7 @@ class Engine:
             finally:
                 turn.done.set()  # gave up before claiming a text (or failed): the next proposal may decide
 
+        self._settled, self._settled_tried = frozenset(st.rollouts), frozenset(self._tried)
         turns: list[_Turn] = []
         for _ in plans:
             turns.append(_Turn(turns[-1].done if turns else None))
@@ -303,6 +314,9 @@ class Engine:
         finally:  # also when the round is cancelled by a stop: what was validated is kept
             for plan, task in zip(plans, tries, strict=True):
                 task.cancel()  # no-op when done
+                tell = self._verdicts.pop(plan.iteration, None)
+                if tell is not None:
+                    tell()
                 outcome = self._outcome(task, plan.iteration)
                 if outcome is not None:
                     child, scores, origin = outcome
@@ -310,6 +324,24 @@ class Engine:
                         self._commit(child, (plan.parent_idx,), origin, plan.component, scores, plan.iteration)
                     if cfg.use_merge:
                         st.merges_due += 1
+
+    def _as_of_round(self, parent: Candidate, batch: list[Example]) -> RunState:
+        """The state a proposal of this round sees: the same, but with only the rollouts paid before the round
+        began and the parent's on its minibatch (its `memory` is the run's)."""
+        st, keys = self.state, self._settled | {(parent.id, e.id) for e in batch}
+        view = copy.copy(st)
+        view.rollouts = {k: r for k, r in st.rollouts.items() if k in keys}
+        return view
+
+    def _narrowed(self, plan: _Plan) -> _Plan:
+        """At the budget's tail, where a test of the proposer's own choosing (`test_size`, few-shot's) no longer
+        fits, a proposer that reads `ProposalRequest.test_room` (`fits_test_room`) still gets a last proposal, one
+        tested on its minibatch."""
+        proposer, n = self.strategies.proposer, len(plan.batch)
+        if not getattr(proposer, "fits_test_room", False) or getattr(proposer, "minibatch", None) or plan.test <= n:
+            return plan
+        saved = (plan.test - n) * (1 + 2 * getattr(self.strategies.accept, "retests", 0))
+        return replace(plan, test=n, cost=plan.cost - saved)
 
     def _tail_fits(self, plan: _Plan) -> bool:
         """With racing, the tail of the budget is spent: a proposal whose whole validation no longer fits still
@@ -340,8 +372,9 @@ class Engine:
         parent_runs = await self._evaluate(parent, plan.batch)
         # (the rng's name is the edit proposer's, its first user: renaming it would change every edit run)
         request = ProposalRequest(parent, plan.parent_idx, plan.components, plan.batch, parent_runs, plan.iteration,
-                                  random.Random(f"{self.config.seed}:{plan.iteration}:edit"), self.config, st,
-                                  self.trainset, self._reflect, lambda c: c.id in self._tried, self._count, self._emit)
+                                  random.Random(f"{self.config.seed}:{plan.iteration}:edit"), self.config,
+                                  self._as_of_round(parent, plan.batch), self.trainset, self._reflect,
+                                  lambda c: c.id in self._settled_tried, self._count, self._emit, plan.test)
         proposal = as_proposal(await self.strategies.proposer.propose(request), request)
         if proposal is None:
             return None
@@ -363,7 +396,8 @@ class Engine:
         self._emit(ev.ProposalTested(plan.parent_idx, plan.component, text, sum(before), sum(after), accepted,
                                      proposal.rule, proposal.pattern, proposal.origin, retested or None))
         if proposal.verdict is not None:
-            proposal.verdict(child, accepted)
+            verdict = proposal.verdict
+            self._verdicts[plan.iteration] = lambda: verdict(child, accepted)
         if not accepted:
             st.proposals[Outcome.NOT_BETTER] += 1
             return None
@@ -675,6 +709,15 @@ def _check_prices(cfg: EngineConfig, ledger: Ledger, names: Sequence[str]) -> No
                           f"tokens) for the LMs {', '.join(map(repr, names))}, e.g. prices={{{names[0]!r}: [0.4, "
                           f"1.6]}}; without them their calls cost $0 and the limit could never stop the run "
                           f"(prices given: {sorted(ledger.prices) or 'none'})")
+
+
+def _fewshot_set(cfg: EngineConfig, trainset: Sequence[Example], valset: Sequence[Example]) -> EngineConfig:
+    """`fewshot` not set: the built-in proposers show demonstrations (config.FEWSHOT) when some training example is
+    not also a validation example, none otherwise (one would be scored with its own answer in its prompt); only an
+    explicit `fewshot` warns about that (FewShot._sources)."""
+    if cfg.fewshot is not None or {e.id for e in trainset} - {e.id for e in valset}:
+        return cfg
+    return cfg.model_copy(update={"fewshot": 0})
 
 
 def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Example], cfg: EngineConfig) -> None:

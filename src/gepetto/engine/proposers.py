@@ -57,6 +57,9 @@ class ProposalRequest:
     tried: Callable[[Candidate], bool]  # whether this child was proposed before (it would not be paid for again)
     count: Callable[[Outcome], None]  # count an outcome in Result.proposals (e.g. a rejected answer)
     emit: Callable[[ev.Event], None]  # tell the callbacks (PhaseStarted, ReflectionAnswered, ...)
+    # the most rollouts the child's test may take (Proposal.test_on, the parent's new rollouts there included): the
+    # proposer's `test_size`, or the minibatch's size at the budget's tail (see Proposer); None: no limit given
+    test_room: int | None = None
 
     def description(self, component: str) -> str | None:
         """What kind of text `component` is, if the config describes it (an artifact, not an instruction)."""
@@ -89,7 +92,9 @@ class Proposer(Protocol):
 
     Optional: `test_size` (int), the most rollouts a child's test takes when the proposer picks its own examples,
     and `minibatch(state, parent, components, trainset)` returning the examples the parent runs on (None: the
-    minibatch sampler's); a test may then take up to `test_size` rollouts."""
+    minibatch sampler's); a test may then take up to `test_size` rollouts. A proposer with `test_size` and no
+    `minibatch` that sets `fits_test_room = True` keeps its test within `request.test_room`: at the budget's tail,
+    where `test_size` no longer fits, it still gets a last proposal, whose room is the minibatch's size."""
 
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None: ...
 
@@ -108,8 +113,8 @@ def as_proposal(answer: Proposal | Mapping[str, str] | None, request: ProposalRe
 
 def parts(cfg: EngineConfig, text: str) -> tuple[str, list[demos.Demo]]:
     """(instruction, demonstrations) of a component's text: reflection sees and changes only the instruction
-    (with `fewshot` off, the whole text is the instruction)."""
-    return demos.split(text) if cfg.fewshot else (text, [])
+    (with no demonstrations, the whole text is the instruction)."""
+    return demos.split(text) if cfg.demonstrations else (text, [])
 
 
 def over_length(cfg: EngineConfig, candidate: Candidate) -> bool:
@@ -442,6 +447,7 @@ class FewShot:
                              cfg.minibatch_size + cfg.gate_solved)
         if hasattr(inner, "minibatch"):
             self.minibatch = inner.minibatch
+        self.fits_test_room = True  # at the budget's tail, where a demonstration's test no longer fits, none is added
         self._warned = False
 
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
@@ -453,7 +459,11 @@ class FewShot:
         if cfg.adaptive_fewshot:
             tests = request.state.memory.setdefault(TESTS_KEY, {"demo": [0, 0], "other": [0, 0]})
             share = demo_share(share, tests)
-        if len(request.components) == 1 and not described and not first_draft and request.rng.random() < share:
+        # (the draw comes before the test room's check: the rest of the proposal is the same whether a demonstration
+        # fits or not, so a resume with a larger budget, where it fits, takes the path of a run given it from the start)
+        room = request.test_room is None or request.test_room >= self.test_size
+        if len(request.components) == 1 and not described and not first_draft and request.rng.random() < share \
+                and room:
             proposal = self._demo(request, request.components[0])
             if proposal is not None:
                 return counted(proposal, tests["demo"]) if tests is not None else proposal
@@ -493,7 +503,7 @@ class FewShot:
                             like=missed)
         if demo is None:
             return None
-        text = demos.add(parent[component], demo, cfg.fewshot)
+        text = demos.add(parent[component], demo, cfg.demonstrations)
         if request.tried(parent.replace(component, text)):
             return None
         by_id = {e.id: e for e in request.trainset}

@@ -222,7 +222,7 @@ def _proposer(name: str) -> Callable[[EngineConfig], Any]:
         from gepetto.engine.proposers import Edit, FewShot, Rewrite
 
         proposer = Edit(cfg) if name == "edit" else Rewrite()
-        return FewShot(proposer, cfg) if cfg.fewshot else proposer
+        return FewShot(proposer, cfg) if cfg.demonstrations else proposer
 
     return build
 
@@ -262,7 +262,7 @@ def resolve(option: str, spec: Any, cfg: EngineConfig) -> Any:
         needs = "an async propose(request) method" if option == "proposer" else "to be callable"
         if not (callable(getattr(spec, "propose", None)) if option == "proposer" else callable(spec)):
             raise ConfigError(f"{option}: {type(spec).__name__} is no {option.replace('_', ' ')} ({needs})")
-        if option == "proposer" and cfg.fewshot:  # demonstrations beside a proposer of one's own, too
+        if option == "proposer" and cfg.fewshot:  # demonstrations beside a proposer of one's own: when asked for
             from gepetto.engine.proposers import FewShot
 
             return FewShot(spec, cfg)
