@@ -217,12 +217,13 @@ def test_at_the_budgets_tail_a_last_proposal_is_made_without_a_demonstration():
     from gepetto.testing import sim
 
     task, seen = sim.task(n_train=6, n_val=6, kinds=2), []
-    result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
-                              program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
-                              budget=30, seed=0, use_merge=False, callbacks=seen.append)
-    off = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
-                           program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
-                           budget=30, seed=0, use_merge=False, fewshot=0)
+
+    def run(**options):
+        return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
+                                budget=30, seed=0, use_merge=False, **options)
+
+    result, off = run(callbacks=seen.append), run(fewshot=0)
     assert result.rollouts_used == off.rollouts_used == 30
     last = [e for e in seen if isinstance(e, ProposalTested)][-1]
     assert last.origin is None  # (3 + 6 + 6 would not fit in the 12 left; 3 + 3 + 6 does)
