@@ -533,3 +533,33 @@ def test_a_proposal_with_an_empty_test_is_validated_directly(test_on):
     children = {c.candidate.id for c in res.candidates[1:]}
     val_ids = {e.id for e in task.valset}
     assert all(ex in val_ids for cid, ex in ran if cid in children)  # a direct child ran validation only
+
+
+@pytest.mark.parametrize(("definitions", "seed"), [(0, 0), (8, 3)])  # (each differed with timing before the fix)
+def test_rounds_of_edit_proposals_do_not_hang_on_timing(definitions, seed):
+    """With proposals_per_round > 1, what the edit proposer remembers (the component whose first draft is made, the
+    patterns no rule came for) is decided in plan order: runs whose LM calls end in other orders are the same run."""
+    import asyncio
+
+    task = sim.task(n_train=16, n_val=8, kinds=4)
+
+    def once(latency: float):
+        async def writer(messages, params):  # never answers for rule-3: a pattern no usable rule comes for
+            user = messages[1]["content"]
+            await asyncio.sleep(latency * (len(user) % 5))
+            if "<current_instruction>" not in user or "need rule-3" in user:
+                return "<rule></rule>"
+            return _rule_writer(messages, params)
+
+        engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                              program=task.program, task_lm=sim.SimTaskLM(latency=latency),
+                              reflection_lm=ScriptedLM(writer), budget=300, proposer="edit", use_merge=False,
+                              proposals_per_round=4, max_concurrency=8, reflection_attempts=1,
+                              definitions=definitions, seed=seed)
+        res = asyncio.run(engine.run())
+        return res, [c.candidate.id for c in res.candidates], dict(res.proposals)
+
+    runs = [once(latency) for latency in (0.0, 0.002, 0.001)]
+    assert runs[0][1:] == runs[1][1:] == runs[2][1:]
+    assert runs[0][0].rollouts_used == runs[1][0].rollouts_used == runs[2][0].rollouts_used
+    assert runs[0][0].best_score > runs[0][0].seed_score

@@ -311,6 +311,33 @@ def test_a_proposer_of_ones_own_reaches_the_optimum():
     assert [r.example_id for r in first.runs] == [e.id for e in first.examples]
 
 
+def test_what_a_proposer_puts_off_is_told_after_its_round_in_plan_order():
+    """request.later(fn): in a round of concurrent proposals, fn runs once the round is decided, in plan order and
+    before the proposal's verdict, so no proposal of the round sees what another put off."""
+    told = []
+
+    class Remembering(RulesFromFeedback):
+        async def propose(self, request):
+            memory, i = request.state.memory, request.iteration
+            seen = len(memory.get("told", []))
+            request.later(lambda: (memory.setdefault("told", []).append(i), told.append(("later", i, seen))))
+            answer = await super().propose(request)
+            return None if answer is None else Proposal(answer, verdict=lambda c, ok: told.append(("verdict", i, ok)))
+
+    task = sim.task(kinds=6)
+    result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                              program=task.program, task_lm=sim.SimTaskLM(latency=0.002),
+                              reflection_lm=sim.SimReflectionLM(), proposer=Remembering(), proposals_per_round=3,
+                              max_concurrency=8, budget=200, seed=0)
+    later = [(i, seen) for kind, i, seen in told if kind == "later"]
+    assert [i for i, _ in later] == sorted(i for i, _ in later) and len(later) >= 6
+    assert [seen for _, seen in later[:6]] == [0, 0, 0, 3, 3, 3]  # rounds of 3: each sees the rounds before it
+    verdicts = [i for kind, i, _ in told if kind == "verdict"]
+    assert verdicts and all(told.index(("later", i, dict(later)[i])) < told.index(next(
+        t for t in told if t[:2] == ("verdict", i))) for i in verdicts)
+    assert result.best_score > result.seed_score
+
+
 def test_a_proposer_that_asks_too_much_is_refused():
     class Greedy:
         async def propose(self, request):

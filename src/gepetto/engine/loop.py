@@ -179,11 +179,12 @@ class Engine:
         self._tried: set[str] = set()  # ids of every child ever proposed (never pay twice for one text)
         self._validating: dict[str, CandidateRecord] = {}  # validations begun and not yet committed
         # a round's proposals decide from the rollouts paid and the children tried before it began (and their own
-        # minibatch), and the verdicts of their tests are told at its end in plan order: what a round of concurrent
-        # proposals does does not hang on their timing (claims of a text go in plan order too: _claim)
+        # minibatch), and the verdicts of their tests (and what they put off: ProposalRequest.later) are told at its
+        # end in plan order: what a round of concurrent proposals does does not hang on their timing (claims of a
+        # text go in plan order too: _claim)
         self._settled: frozenset[tuple[str, str]] = frozenset()
         self._settled_tried: frozenset[str] = frozenset()
-        self._verdicts: dict[int, Callable[[], None]] = {}  # plan iteration -> its proposal's verdict, to tell
+        self._later: dict[int, list[Callable[[], None]]] = {}  # plan iteration -> what to tell at the round's end
         self._raced_out: list[CandidateRecord] = []  # children whose validation racing cut (Result.raced_out)
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
@@ -314,8 +315,7 @@ class Engine:
         finally:  # also when the round is cancelled by a stop: what was validated is kept
             for plan, task in zip(plans, tries, strict=True):
                 task.cancel()  # no-op when done
-                tell = self._verdicts.pop(plan.iteration, None)
-                if tell is not None:
+                for tell in self._later.pop(plan.iteration, ()):
                     tell()
                 outcome = self._outcome(task, plan.iteration)
                 if outcome is not None:
@@ -374,7 +374,8 @@ class Engine:
         request = ProposalRequest(parent, plan.parent_idx, plan.components, plan.batch, parent_runs, plan.iteration,
                                   random.Random(f"{self.config.seed}:{plan.iteration}:edit"), self.config,
                                   self._as_of_round(parent, plan.batch), self.trainset, self._reflect,
-                                  lambda c: c.id in self._settled_tried, self._count, self._emit, plan.test)
+                                  lambda c: c.id in self._settled_tried, self._count, self._emit, plan.test,
+                                  self._later.setdefault(plan.iteration, []).append)
         proposal = as_proposal(await self.strategies.proposer.propose(request), request)
         if proposal is None:
             return None
@@ -397,7 +398,7 @@ class Engine:
                                      proposal.rule, proposal.pattern, proposal.origin, retested or None))
         if proposal.verdict is not None:
             verdict = proposal.verdict
-            self._verdicts[plan.iteration] = lambda: verdict(child, accepted)
+            self._later.setdefault(plan.iteration, []).append(lambda: verdict(child, accepted))
         if not accepted:
             st.proposals[Outcome.NOT_BETTER] += 1
             return None

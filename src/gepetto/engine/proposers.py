@@ -13,8 +13,9 @@ A proposer of your own is any object with `async def propose(self, request) -> P
             return {component: request.parent[component] + "\\nAnswer in capitals."}
 
 It keeps the strategies' contract (engine/strategies.py): randomness only from `request.rng`, memory in
-`request.state.memory`, and LM calls through `request.reflect(...)`, the run's reflection LM, whose answers are
-metered, stored with a run and replayed on resume (an LM of its own would make resume inexact).
+`request.state.memory` (written through `request.later` while proposing, so that a round of concurrent
+proposals does not hang on their timing), and LM calls through `request.reflect(...)`, the run's reflection LM,
+whose answers are metered, stored with a run and replayed on resume (an LM of its own would make resume inexact).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class ProposalRequest:
     # the most rollouts the child's test may take (Proposal.test_on, the parent's new rollouts there included): the
     # proposer's `test_size`, or the minibatch's size at the budget's tail (see Proposer); None: no limit given
     test_room: int | None = None
+    # later(fn): call fn once this proposal is decided, with the round's other proposals in plan order (its verdict
+    # comes after): for a write to `state.memory` that a proposal running beside this one must not see
+    later: Callable[[Callable[[], None]], None] = lambda fn: fn()
 
     def description(self, component: str) -> str | None:
         """What kind of text `component` is, if the config describes it (an artifact, not an instruction)."""
@@ -236,10 +240,16 @@ class Edit:
                              "'round-robin' with it")
         return not (self.cfg.component_descriptions or {}).get(components[0])
 
-    def drafts(self, state: RunState, components: Sequence[str]) -> bool:
-        """Whether the next proposal on `components` is the first draft of the rules (`definitions`)."""
+    def _undrafted(self, state: RunState, components: Sequence[str]) -> bool:
+        """Whether no proposal on `components` has been planned to make the first draft of the rules yet."""
         return bool(self.cfg.definitions) and self._edits(components) and (
-            components[0] not in state.memory.get("edit.drafted", []))
+            components[0] not in state.memory.get(DRAFTED, {}))
+
+    def drafts(self, request: ProposalRequest) -> bool:
+        """Whether this proposal makes the first draft of the rules (`definitions`): the first one planned on its
+        component (chosen when planned, so the proposals of a round never race for it)."""
+        return self._edits(request.components) and (
+            request.state.memory.get(DRAFTED, {}).get(request.components[0]) == request.iteration)
 
     def minibatch(self, state: RunState, parent: Candidate, components: Sequence[str], trainset: Sequence[Example]
                   ) -> list[Example] | None:
@@ -251,7 +261,12 @@ class Edit:
             return None
         n = len(trainset)
         known = sum(state.known(parent, e.id) is not None for e in trainset)
-        evidence = max(cfg.evidence_size, cfg.definitions if self.drafts(state, components) else 0)
+        evidence = cfg.evidence_size
+        # this plan makes the first draft (state.iteration: the plan's); a plan the loop then drops at the budget's
+        # tail takes the draft with it
+        if self._undrafted(state, components):
+            state.memory.setdefault(DRAFTED, {})[components[0]] = state.iteration
+            evidence = max(evidence, cfg.definitions)
         want = min(max(cfg.minibatch_size, evidence - known), n - known)
         chosen: list[Example] = []
         for _ in range(n):
@@ -267,15 +282,15 @@ class Edit:
         if not self._edits(request.components):
             return await self.whole.propose(request)
         (component,) = request.components
-        if self.drafts(st, request.components):
-            st.memory.setdefault("edit.drafted", []).append(component)
+        if self.drafts(request):
             return await self._draft(request, component)
         evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
         memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.setdefault("edit.rules_tried", {})
         tried = memory.setdefault((parent.id, component), {})
-        # patterns no usable rule came for on this parent (every attempt refused): not asked again
+        # patterns no usable rule came for on this parent (every attempt refused): not asked again, from the next
+        # round on (`request.later`: a proposal running beside this one on the same parent does not see them)
         skipped: dict[tuple[str, str], set[str]] = st.memory.setdefault("edit.unanswered", {})
-        unanswered = skipped.setdefault((parent.id, component), set())
+        unanswered, refused = skipped.setdefault((parent.id, component), set()), set()
         patterns = sorted({edits.pattern_of(r) for r in evidence if r.score.value < cfg.perfect_score})
         known: list[Rollout] = []  # every candidate's paid training rollouts (the parent's first), read once
         if any(edits.expected_answer(p) for p in patterns):
@@ -287,7 +302,8 @@ class Edit:
         for _ in range(cfg.edit_rules):  # each rule for another pattern, and another right answer
             chosen = {f.pattern for f, _ in asked}
             answers = {edits.expected_answer(p) for p in chosen} - {""}
-            skip = [p for p in patterns if p in chosen or p in unanswered or edits.expected_answer(p) in answers]
+            skip = [p for p in patterns if p in chosen or p in unanswered or p in refused
+                    or edits.expected_answer(p) in answers]
             focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
                                        max_contrast=cfg.gate_solved, skip=skip)
             if focus is None:
@@ -300,10 +316,12 @@ class Edit:
                     known, answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng))
             rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
             if rule is None:
-                unanswered.add(focus.pattern)
+                refused.add(focus.pattern)
             else:
                 text = edits.apply_rule(text, rule, answer)
                 asked.append((focus, rule))
+        if refused:
+            request.later(lambda: unanswered.update(refused))
         if not asked:
             return None
         by_id = {e.id: e for e in request.trainset}
@@ -405,6 +423,7 @@ class Edit:
         return None
 
 
+DRAFTED = "edit.drafted"  # state.memory: {component: the iteration of the proposal that makes its first draft}
 TESTS_KEY = "fewshot.tests"  # state.memory: {"demo" | "other": [passed, tested]}, the minibatch tests of each kind
 
 
@@ -454,7 +473,7 @@ class FewShot:
         cfg = self.cfg
         described = [c for c in request.components if request.description(c)]
         drafts = getattr(self.inner, "drafts", None)  # the edit proposer's first draft of the rules goes first
-        first_draft = drafts is not None and drafts(request.state, request.components)
+        first_draft = drafts is not None and drafts(request)
         share, tests = cfg.fewshot_share, None
         if cfg.adaptive_fewshot:
             tests = request.state.memory.setdefault(TESTS_KEY, {"demo": [0, 0], "other": [0, 0]})
