@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.compare.measure import _step_value, load_json, mean_std, plot_mean_curves  # noqa: E402
+from benchmarks.compare.measure import load_json, mean_reaches, mean_std, plot_mean_curves  # noqa: E402
 from benchmarks.compare.real_summary import rollouts_to_reach  # noqa: E402
 
 DEFAULT = ROOT / "benchmarks" / "results" / "efficiency_demo.json"
@@ -78,9 +78,7 @@ def reach_table(by: dict[str, dict[int, dict[str, Any]]]) -> None:
         for t in targets:
             got = [x for x in (rollouts_to_reach(r["curve"], t) for r in runs.values()) if x is not None]
             cells.append(f"{len(got)}/{len(runs)}, {st.median(got):.0f}" if got else f"0/{len(runs)}, -")
-        top = max(u for r in runs.values() for u, _ in r["curve"])
-        mean_at = next((x for x in range(top + 1) if st.mean(_step_value(r["curve"], x) for r in runs.values())
-                        >= mean_final - 1e-9), None)
+        mean_at = mean_reaches([r["curve"] for r in runs.values()], mean_final)
         print(f"| {system} | {len(runs)} | " + " | ".join(cells) + f" | {'never' if mean_at is None else mean_at} |")
 
 

@@ -407,6 +407,31 @@ def _step_value(curve: Sequence[tuple[float, float]], x: float) -> float:
     return value
 
 
+def mean_reaches(curves: Sequence[Sequence[tuple[float, float]]], target: float) -> int | None:
+    """The first rollout count at which the mean over runs of the best validation score reaches `target` (None:
+    never within the runs' spend)."""
+    top = int(max(used for curve in curves for used, _ in curve))
+    return next((x for x in range(top + 1)
+                 if sum(_step_value(c, x) for c in curves) / len(curves) >= target - 1e-9), None)
+
+
+def reach_rows(records: Sequence[RunRecord], reference: str = "gepa") -> list[str]:
+    """The issue's measure of speed: when each system's mean best validation score over seeds first reaches the
+    mean of `reference`'s final scores, and that as a multiple of when `reference`'s own mean reaches it."""
+    ref = [r.curve for r in records if r.system == reference and r.curve]
+    if not ref:
+        return []
+    target = sum(c[-1][1] for c in ref) / len(ref)
+    base = mean_reaches(ref, target)
+    lines = [f"Rollouts until the mean best validation score over seeds first reaches {reference}'s mean final "
+             f"score, {target:.3f}:", "", f"| system | rollouts | x {reference}'s |", "|---|---:|---:|"]
+    for system in dict.fromkeys(r.system for r in records):
+        at = mean_reaches([r.curve for r in records if r.system == system and r.curve], target)
+        ratio = f"{at / base:.2f}x" if at is not None and base else "-"
+        lines.append(f"| {system} | {'never' if at is None else at} | {ratio} |")
+    return lines
+
+
 def checkpoint_rows(records: Sequence[RunRecord], checkpoints: Sequence[float], seconds: bool = False) -> list[str]:
     """Best validation score known after N metric calls, or after N seconds (mean ± sd over seeds)."""
     unit = " s" if seconds else ""

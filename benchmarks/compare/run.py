@@ -34,6 +34,7 @@ from benchmarks.compare.measure import (  # noqa: E402
     paired,
     plot_curves,
     plot_mean_curves,
+    reach_rows,
     rollouts_to_fraction,
     run_gepetto,
     run_row,
@@ -168,6 +169,8 @@ def sim_track(args: argparse.Namespace, argv: Sequence[str]) -> None:
         marks = sorted({budget // 10, budget // 4, budget // 2, budget})
         lines += ["", *summary_rows(records, optimum), "", "Best validation score after N rollouts (equal spend):", "",
                   *checkpoint_rows(records, marks), ""]
+        if reached := reach_rows(records):
+            lines += [*reached, ""]
         for other in [x for x in args.systems if x != "gepetto"] if "gepetto" in args.systems else []:
             for key, label in (("test_score", "test score"), ("best_val", "best validation score")):
                 win, loss, tie = paired(records, "gepetto", other, key)
