@@ -164,6 +164,30 @@ def test_a_run_stored_before_the_learnt_fewshot_share_resumes_with_a_fixed_one(c
     assert RunStore("s.sqlite").get_run("r").config["adaptive_fewshot"] is False
 
 
+def test_a_run_started_under_other_defaults_is_refused_on_resume(cli, monkeypatch):
+    """An unset option stands for the default of the gepetto that started the run (kept with its first session);
+    a gepetto whose default changed since refuses to resume it, before anything is written, rather than continue
+    it on another path. A run that set the option itself resumes."""
+    import gepetto.config as config
+    from gepetto.config import implicit_defaults
+
+    for run, options in (("unset", []), ("set", ["--fewshot", 2, "--reflection-temperatures", "[0.5]"])):
+        res = cli("optimize", *SIM, *options, "--budget", 60, "--run", run, "--storage", "s.sqlite", "-q")
+        assert res.exit_code == 0, res.output
+    store = RunStore("s.sqlite")
+    assert store.events("unset", "start")[0]["data"]["defaults"] == implicit_defaults()
+    before = (store.count_rollouts("unset"), len(store.events("unset")))
+    monkeypatch.setattr(config, "FEWSHOT", 5)  # a later gepetto, whose defaults were measured again
+    monkeypatch.setattr(config, "REWRITE_TEMPERATURES", (0.7,))
+    res = cli("optimize", "--run", "unset", "--storage", "s.sqlite", "--budget", 80, "-q")
+    assert res.exit_code == 2
+    assert "fewshot: 4 then, 5 now" in res.output and "'rewrite': [1.0]" in res.output
+    assert (RunStore("s.sqlite").count_rollouts("unset"), len(RunStore("s.sqlite").events("unset"))) == before
+    res = cli("optimize", "--run", "set", "--storage", "s.sqlite", "--budget", 80, "-q")
+    assert res.exit_code == 0, res.output
+    assert [e["data"]["resumed"] for e in RunStore("s.sqlite").events("set", "start")] == [False, True]
+
+
 def test_a_run_stored_when_fewshot_was_off_by_default_resumes_without_demonstrations(cli):
     res = cli("optimize", *SIM, "--budget", 60, "--run", "r", "--storage", "s.sqlite", "-q")
     assert res.exit_code == 0, res.output

@@ -39,6 +39,19 @@ SESSION_ONLY = frozenset({"stop_file", "tracking"})
 # name): `python:MODULE:QUALNAME`
 PYTHON = "python:"
 FEWSHOT = 4  # the built-in proposers' demonstrations per component when `fewshot` is not set
+# the default `reflection_temperatures` of each kind of request (engine/proposers.py): a whole rewrite sampled at
+# 1.0 (greedy, the 1.5B copied the seed back on 10 of 10 demo minibatches: benchmarks/results/reflection_probe.md),
+# a rule greedy first
+REWRITE_TEMPERATURES, RULE_TEMPERATURES = (1.0,), (0.0, 0.7, 1.0)
+
+
+def implicit_defaults() -> dict[str, Any]:
+    """What the options left unset stand for in this gepetto, by option. Kept with a stored run: defaults change as
+    they are measured, and a run resumed by a gepetto that reads an unset option otherwise would not continue the
+    same run (runner.py refuses it)."""
+    return {"fewshot": FEWSHOT,
+            "reflection_temperatures": {"rewrite": list(REWRITE_TEMPERATURES), "rule": list(RULE_TEMPERATURES)}}
+
 # the swappable strategies of the loop (engine/strategies.py): option -> its built-in names (the first is the
 # default); each option also takes an object given to gepetto.optimize(), stored as python:MODULE:QUALNAME
 STRATEGIES: dict[str, tuple[str, ...]] = {
@@ -169,7 +182,7 @@ class EngineConfig(_Options):
                            "rule per proposal).", REFLECTION, choices=STRATEGIES["proposer"])
     reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried).",
                                       REFLECTION, ge=1)
-    # None: each kind of request has its own schedule (engine/proposers.py REWRITE_TEMPERATURES, RULE_TEMPERATURES)
+    # None: each kind of request has its own schedule (REWRITE_TEMPERATURES, RULE_TEMPERATURES)
     reflection_temperatures: tuple[float, ...] | None = _field(
         None, "Temperature of each reflection attempt (YAML list; the last one repeats); default: 1.0 for every "
         "rewrite, 0, 0.7, 1.0 for the edit proposer's rules.", REFLECTION)

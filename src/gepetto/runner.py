@@ -29,6 +29,7 @@ from gepetto.config import (
     ConfigError,
     EngineConfig,
     RunConfig,
+    implicit_defaults,
     load_config,
 )
 from gepetto.engine.loop import Engine, Result
@@ -146,6 +147,23 @@ def _check_same_inputs(store: RunStore, name: str, task: Task, hint: str) -> Non
         raise ConfigError(f"run {name!r} was started on other examples ({'; '.join(problems)}); {hint}")
 
 
+def _check_same_defaults(store: RunStore, name: str, cfg: RunConfig) -> None:
+    """A resumed run's unset options must stand for what they stood for when it started (they are kept with its
+    first session): a gepetto whose defaults have changed since would not continue the same run. Raises
+    ConfigError naming them."""
+    first = store.events(name, "start")[:1]
+    then = first[0]["data"].get("defaults") if first else None  # None: a run stored before defaults were kept
+    if then is None:
+        return
+    now = implicit_defaults()
+    changed = [f"{option}: {then.get(option)} then, {value} now" for option, value in now.items()
+               if getattr(cfg, option) is None and then.get(option) != value]
+    if changed:
+        raise ConfigError(f"run {name!r} was started by a gepetto whose defaults differ from this one's "
+                          f"({'; '.join(changed)}): resumed here it would not continue the same run. Resume it "
+                          "with the gepetto version that started it, or start a new run")
+
+
 def _label(task: str) -> str:
     """A short name for a task in a generated run name: the built-in name, the file or the function."""
     if task.startswith(PYTHON):
@@ -243,6 +261,7 @@ def open_run(
         # a run stored before adaptive_fewshot existed had a fixed few-shot share: it resumes with one
         stored = RunConfig(**{"adaptive_fewshot": False, **info.config})
         cfg = _resumed_config(name, stored, cfg, explicit or set(), hint)
+        _check_same_defaults(store, name, cfg)
     ledger = Ledger.from_dict(store.ledger(name))  # costs of earlier sessions of this run stay counted
     ledger.prices = dict(cfg.prices)
     task = make_task(cfg, ledger)
@@ -285,7 +304,8 @@ def open_run(
         if cfg.stored() != info.config:
             store.update_config(name, cfg.stored())
         store.mark_running(name)
-    first = {} if resumed else {"seed_candidate": task.seed_candidate.to_dict()}  # what a resume must start from
+    # what a resume must start from, and what its unset options stand for
+    first = {} if resumed else {"seed_candidate": task.seed_candidate.to_dict(), "defaults": implicit_defaults()}
     store.add_event(name, "start", {"session": session, "resumed": resumed,
                                     "stored_rollouts": rollouts.stored_at_start, **first})
     return StoredRun(store, name, cfg, task, engine, rollouts, ledger, session)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from gepetto import events as ev
-from gepetto.config import EngineConfig
+from gepetto.config import REWRITE_TEMPERATURES, RULE_TEMPERATURES, EngineConfig
 from gepetto.engine import demos, edits
 from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
 from gepetto.engine.state import RunState
@@ -128,11 +128,6 @@ def over_length(cfg: EngineConfig, candidate: Candidate) -> bool:
     if not limit:
         return False
     return any(len(parts(cfg, text)[0]) > limit for name, text in candidate.items() if name not in described)
-
-
-# the default `reflection_temperatures` of each kind of request: a whole rewrite sampled at 1.0 (greedy, the 1.5B
-# copied the seed back on 10 of 10 demo minibatches: benchmarks/results/reflection_probe.md), a rule greedy first
-REWRITE_TEMPERATURES, RULE_TEMPERATURES = (1.0,), (0.0, 0.7, 1.0)
 
 
 def temperature(cfg: EngineConfig, attempt: int, default: Sequence[float]) -> float:
