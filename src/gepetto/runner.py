@@ -126,11 +126,16 @@ def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "the same examples in another order"
 
 
+def _first_session(store: RunStore, name: str) -> dict[str, Any]:
+    """What the run's first session recorded when it started (its "start" event)."""
+    first = store.events(name, "start")[:1]
+    return first[0]["data"] if first else {}
+
+
 def _check_same_inputs(store: RunStore, name: str, task: Task, hint: str) -> None:
     """A resumed run must start from the same seed candidate and the same examples: its stored rollouts and
     decisions were made on them. Raises ConfigError saying what differs."""
-    first = store.events(name, "start")[:1]
-    seed = first[0]["data"].get("seed_candidate") if first else None  # None: a run stored before this check
+    seed = _first_session(store, name).get("seed_candidate")  # None: a run stored before this check
     given_seed = _as_stored(task.seed_candidate.to_dict())
     if seed is not None and seed != given_seed:
         changed = sorted(k for k in set(seed) | set(given_seed) if seed.get(k) != given_seed.get(k))
@@ -151,8 +156,7 @@ def _check_same_defaults(store: RunStore, name: str, cfg: RunConfig) -> None:
     """A resumed run's unset options must stand for what they stood for when it started (they are kept with its
     first session): a gepetto whose defaults have changed since would not continue the same run. Raises
     ConfigError naming them."""
-    first = store.events(name, "start")[:1]
-    then = first[0]["data"].get("defaults") if first else None  # None: a run stored before defaults were kept
+    then = _first_session(store, name).get("defaults")  # None: a run stored before defaults were kept
     if then is None:
         return
     now = implicit_defaults()
