@@ -1,8 +1,11 @@
 """Few-shot demonstrations (engine/demos.py and the FewShot proposer): texts, choices and whole runs."""
 
 import asyncio
+import os
 import random
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -88,6 +91,32 @@ def test_choose_prefers_inputs_like_the_mistakes():
     assert "s2" in picks and len(picks) <= demos.NEAREST  # the "dozen" one, among the few nearest
     # nothing in common: any of them
     assert demos.nearest({"a": demos.Demo("x y", "1"), "b": demos.Demo("z", "2")}, ["w"]) == ["a", "b"]
+
+
+
+_NEAREST_PROBE = """
+import random
+from gepetto.engine.demos import Demo, nearest
+openers = ("I have a question about", "Something is wrong with my", "Please help me with", "I need help with")
+fillers = ("It started yesterday.", "This is urgent.", "Thanks in advance.", "Nothing in the FAQ helped.")
+topics = ("billing", "shipping", "returns", "login", "privacy", "coupons")
+for s in range(200):
+    rng = random.Random(s)
+    pool = {f"t{i}": Demo(f"Ticket {i}: {rng.choice(openers)} {rng.choice(topics)}. {rng.choice(fillers)}", "X")
+            for i in rng.sample(range(60), rng.randint(3, 40))}
+    like = [f"Ticket {rng.randrange(60)}: {rng.choice(openers)} {rng.choice(topics)}. {rng.choice(fillers)}"
+            for _ in range(rng.randint(1, 4))]
+    print(nearest(pool, like))
+"""
+
+
+def test_the_nearest_demonstrations_are_the_same_in_every_process():
+    # templated inputs share whole sets of words: their scores tie, and a sum over a set of words in the order the
+    # set iterates (it changes with the process's hash seed) broke those ties by rounding, so a resumed run (a new
+    # process) could choose another demonstration than the run it continues
+    outputs = {subprocess.run([sys.executable, "-c", _NEAREST_PROBE], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout for h in range(6)}
+    assert len(outputs) == 1 and outputs.pop().count("\n") == 200
 
 
 # ---- whole runs ---------------------------------------------------------------------------------------------

@@ -119,7 +119,9 @@ def nearest(pool: dict[str, Demo], like: Sequence[str], k: int = NEAREST) -> lis
         for w in words:
             df[w] = df.get(w, 0) + 1
     idf = {w: math.log(n / c) for w, c in df.items()}
-    score = {i: max(sum(idf[w] for w in words & t) for t in target) for i, words in docs.items()}
+    # fsum: the exact sum, whatever order a set of words iterates in (it changes with each process's hash seed),
+    # so equal scores tie exactly and the ids break the tie, in every process (resume replays this choice)
+    score = {i: max(math.fsum(idf[w] for w in words & t) for t in target) for i, words in docs.items()}
     ranked = sorted((i for i in pool if score[i] > 0), key=lambda i: (-score[i], i))
     return ranked[:k] or sorted(pool)
 
