@@ -139,6 +139,9 @@ class EngineConfig(_Options):
                                      "else a local Ray started for the run).", RUN)
     # the search
     minibatch_size: int = _field(3, "Training examples per reflection minibatch.", SEARCH, ge=1)
+    seek_failures: int = _field(0, "Up to this many more training examples a parent runs when its minibatch has "
+                                "solved ones, so that reflection sees mistakes (its own component's) in their "
+                                "place; 0: off.", SEARCH, ge=0)
     # the strategies (engine/strategies.py, docs/strategies.md): a built-in name, or python:MODULE:QUALNAME for an
     # object given to gepetto.optimize()
     parent_selector: str = _field("pareto", "How the parent of a proposal is chosen: pareto (in proportion to the "

@@ -107,7 +107,7 @@ class _OutOfBudget(Exception):
 @dataclass(frozen=True)
 class _Plan:
     """A proposal decided but not yet tried: which parent, which components, which minibatch, worst cost (the
-    parent's new rollouts, the child's test, its validation)."""
+    parent's new rollouts, the reserve's included, the child's test, its validation)."""
 
     iteration: int
     parent_idx: int
@@ -115,6 +115,7 @@ class _Plan:
     batch: list[Example]
     test: int
     cost: int
+    reserve: tuple[Example, ...] = ()  # more examples the parent may run in place of solved ones (seek_failures)
 
     @property
     def component(self) -> str:
@@ -171,7 +172,8 @@ class Engine:
         self.strategies = Strategies.resolve(cfg, strategies)
         self.stop_conditions = [*stopping.from_config(cfg, len(self.trainset)), *stopping.as_conditions(stop)]
         child_test = getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size
-        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size, child_test,
+        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size + cfg.seek_failures,
+                                            child_test,
                                             2 * child_test * getattr(self.strategies.accept, "retests", 0))
         self._stop: Stop | None = None
         self._current: asyncio.Future | None = None
@@ -267,13 +269,48 @@ class Engine:
         own = getattr(s.proposer, "minibatch", None)  # a proposer may choose the examples itself (edit does)
         batch = own(st, parent, components, self.trainset) if own is not None else None
         test = self.plan.child_test if batch is not None else 0
+        reserve: list[Example] = []
         if batch is None:
             batch = s.minibatch_sampler(st, parent, self.trainset, rng)
             # a proposer that may pick its own test examples (few-shot's) says how many at most
             test = max(len(batch), getattr(s.proposer, "test_size", None) or 0)
-        unknown = sum(st.known(parent, e.id) is None for e in batch)
+            reserve = self._reserve(parent, batch, rng)
+        unknown = sum(st.known(parent, e.id) is None for e in batch) + len(reserve)
         retests = 2 * test * getattr(s.accept, "retests", 0)  # an acceptance that may test again (parent and child)
-        return _Plan(st.iteration, parent_idx, components, batch, test, unknown + test + retests + len(self.valset))
+        return _Plan(st.iteration, parent_idx, components, batch, test, unknown + test + retests + len(self.valset),
+                     tuple(reserve))
+
+    def _reserve(self, parent: Candidate, batch: list[Example], rng: random.Random) -> list[Example]:
+        """Up to `seek_failures` more training examples for the parent, in the sampler's order (asked again; its
+        examples the parent is known to solve left out): run in place of solved minibatch examples."""
+        st, want = self.state, self.config.seek_failures
+        seen = {e.id for e in batch}
+        reserve: list[Example] = []
+        while len(reserve) < want:
+            fresh = [e for e in self.strategies.minibatch_sampler(st, parent, self.trainset, rng) if e.id not in seen]
+            if not fresh:
+                break
+            seen |= {e.id for e in fresh}
+            reserve += [e for e in fresh if (k := st.known(parent, e.id)) is None
+                        or k.score.value < self.config.perfect_score]
+        return reserve[:want]
+
+    async def _seek_failures(self, plan: _Plan, parent: Candidate, runs: list[Rollout]
+                             ) -> tuple[_Plan, list[Rollout], list[Example]]:
+        """Run the parent on the plan's reserve, a few at a time, until its minibatch could hold only mistakes
+        involving the components it changes (a rollout with no LM call counts as one): the minibatch is then those
+        mistakes first, solved examples after, at its size. Also returns every example the parent ran."""
+        perfect, mine = self.config.perfect_score, set(plan.components)
+
+        def mistake(run: Rollout) -> bool:
+            return run.score.value < perfect and (not run.trace or any(t.component in mine for t in run.trace))
+
+        size, reserve, ran = len(plan.batch), list(plan.reserve), list(zip(plan.batch, runs, strict=True))
+        while reserve and (need := size - sum(mistake(r) for _, r in ran)) > 0:
+            chunk, reserve = reserve[:need], reserve[need:]
+            ran += zip(chunk, await self._evaluate(parent, chunk), strict=True)
+        chosen = ([p for p in ran if mistake(p[1])] + [p for p in ran if not mistake(p[1])])[:size]
+        return replace(plan, batch=[e for e, _ in chosen]), [r for _, r in chosen], [e for e, _ in ran]
 
     async def _reflective_round(self) -> None:
         """Plan up to `proposals_per_round` proposals, try them concurrently, add the accepted ones in order.
@@ -369,11 +406,13 @@ class Engine:
         st = self.state
         parent = st.records[plan.parent_idx].candidate
         self._emit(ev.PhaseStarted("minibatch", candidate=plan.parent_idx, component=plan.component))
-        parent_runs = await self._evaluate(parent, plan.batch)
+        parent_runs, ran = await self._evaluate(parent, plan.batch), plan.batch
+        if plan.reserve:
+            plan, parent_runs, ran = await self._seek_failures(plan, parent, parent_runs)
         # (the rng's name is the edit proposer's, its first user: renaming it would change every edit run)
         request = ProposalRequest(parent, plan.parent_idx, plan.components, plan.batch, parent_runs, plan.iteration,
                                   random.Random(f"{self.config.seed}:{plan.iteration}:edit"), self.config,
-                                  self._as_of_round(parent, plan.batch), self.trainset, self._reflect,
+                                  self._as_of_round(parent, ran), self.trainset, self._reflect,
                                   lambda c: c.id in self._settled_tried, self._count, self._emit, plan.test,
                                   self._later.setdefault(plan.iteration, []).append)
         proposal = as_proposal(await self.strategies.proposer.propose(request), request)
