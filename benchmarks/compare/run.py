@@ -65,6 +65,9 @@ GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     "gepetto-fewshot-adaptive": {"fewshot": 4, "adaptive_fewshot": True},
     "gepetto-fewshot-fixed": {"fewshot": 4, "adaptive_fewshot": False},
     "gepetto-edit-fewshot": {"proposer": "edit", "fewshot": 4},
+    # a parent whose minibatch has solved examples runs up to 3 more and reflects on its mistakes in their place
+    "gepetto-seek": {"seek_failures": 3},
+    "gepetto-nofewshot-seek": {"fewshot": 0, "seek_failures": 3},
     "gepetto-racing": {"racing": True},  # racing validation (engine/racing.py): cut children proved out early
     # racing that also cuts on a one-sided sign test at 95% confidence (not exact; random validation order)
     "gepetto-racing-sign": {"racing": True, "racing_confidence": 0.95},
