@@ -61,7 +61,9 @@ class MinibatchSampler(Protocol):
 
     Gets the run state (`state.known(parent, example_id)`: a rollout already paid for, free to reuse), the
     parent, the training set and this iteration's rng (after the component selector drew). Returns a non-empty
-    list of distinct training examples; each one the parent has not run yet costs a rollout.
+    list of distinct training examples; each one the parent has not run yet costs a rollout. With `seek_failures`
+    it is called again in the same iteration for the reserve (examples run in place of solved ones) until that is
+    full or a call brings no new example.
     """
 
     def __call__(self, state: RunState, parent: Candidate, trainset: Sequence[Example], rng: random.Random
