@@ -184,6 +184,26 @@ def test_rollouts_to_fraction_and_accounting() -> None:
     assert (acc["empty"], acc["chat"], acc["unchanged"], acc["echo"]) == (1, 1, 1, 0)
 
 
+
+def test_reach_is_measured_on_the_mean_and_per_seed_pair() -> None:
+    from dataclasses import replace
+
+    from benchmarks.compare.measure import paired_reach_ratios, reach_rows
+
+    w = sim_rules.world("easy")
+    base = run_gepetto(w.task(), w.task_lm(0), w.reflection_lm(0), budget=60, seed=0)
+    ref = {0: [(30, 0.0), (66, 0.5), (102, 1.0)], 1: [(30, 0.0), (138, 1.0)]}
+    fast = [replace(base, system="fast", seed=0, curve=[(30, 0.0), (51, 1.0)]),
+            replace(base, system="fast", seed=1, curve=[(30, 0.0), (69, 1.0)])]
+    slow = [replace(base, system="slow", seed=0, curve=[(30, 0.0), (66, 0.5)]),  # never reaches 1.0
+            replace(base, system="slow", seed=1, curve=[(30, 0.0), (276, 1.0)])]
+    assert paired_reach_ratios(fast, ref) == ([0.5, 0.5], 0)
+    assert paired_reach_ratios(slow, ref) == ([2.0], 1)
+    gepa = [replace(base, system="gepa", seed=s, curve=c) for s, c in ref.items()]
+    rows = reach_rows([*gepa, *fast, *slow])
+    assert "| gepa | 138 | 1.00x | 1.00x | 0 |" in rows  # the mean reaches 1.0 when the slower seed does
+    assert "| fast | 69 | 0.50x | 0.50x | 0 |" in rows and "| slow | never | - | 2.00x | 1 |" in rows
+
 async def test_counters_count_calls_and_tokens() -> None:
     w = sim_rules.world("easy")
     lm = CountingLM(w.task_lm())
