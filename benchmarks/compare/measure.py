@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.compare.real_summary import rollouts_to_reach
+
 from gepetto.api import evaluate_async, optimize
 from gepetto.events import CandidateAdded, Event, Outcome, ProposalTested, ReflectionAnswered
 from gepetto.lm.base import LM, Completion, Message
@@ -449,7 +451,7 @@ def paired_reach_ratios(runs: Sequence[RunRecord], reference: Mapping[int, Seque
         if r.seed not in reference:
             continue
         target = reference[r.seed][-1][1]
-        mine, theirs = (next((u for u, v in c if v >= target - 1e-9), None) for c in (r.curve, reference[r.seed]))
+        mine, theirs = rollouts_to_reach(r.curve, target), rollouts_to_reach(reference[r.seed], target)
         if mine is None:
             never += 1
         elif theirs:

@@ -13,6 +13,7 @@ import argparse
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ def _mean_sd(xs: list[float], fmt: str = "{:.3f}") -> str:
     return f"{fmt.format(statistics.mean(xs))} ± {fmt.format(statistics.stdev(xs))}"
 
 
-def rollouts_to_reach(curve: list[list[float]], target: float) -> int | None:
+def rollouts_to_reach(curve: Sequence[Sequence[float]], target: float) -> int | None:
     """The first rollout count at which the best validation score reached `target` (None: never)."""
     for used, best in curve:
         if best >= target - 1e-9:
