@@ -15,6 +15,7 @@ from benchmarks.compare import sim_rules
 from benchmarks.compare.measure import (
     CountingLM,
     CountingMetric,
+    RunRecord,
     constant_baseline,
     proposal_accounting,
     rollouts_to_fraction,
@@ -197,12 +198,19 @@ def test_reach_is_measured_on_the_mean_and_per_seed_pair() -> None:
             replace(base, system="fast", seed=1, curve=[(30, 0.0), (69, 1.0)])]
     slow = [replace(base, system="slow", seed=0, curve=[(30, 0.0), (66, 0.5)]),  # never reaches 1.0
             replace(base, system="slow", seed=1, curve=[(30, 0.0), (276, 1.0)])]
-    assert paired_reach_ratios(fast, ref) == ([0.5, 0.5], 0)
-    assert paired_reach_ratios(slow, ref) == ([2.0], 1)
+    assert paired_reach_ratios({r.seed: r.curve for r in fast}, ref) == ([0.5, 0.5], 0)
+    assert paired_reach_ratios({r.seed: r.curve for r in slow}, ref) == ([2.0], 1)
     gepa = [replace(base, system="gepa", seed=s, curve=c) for s, c in ref.items()]
     rows = reach_rows([*gepa, *fast, *slow])
     assert "| gepa | 138 | 1.00x | 1.00x | 0 |" in rows  # the mean reaches 1.0 when the slower seed does
     assert "| fast | 69 | 0.50x | 0.50x | 0 |" in rows and "| slow | never | - | 2.00x | 1 |" in rows
+    # held out: the same measure on the test curves (the validation curves play no part)
+    held = [replace(r, test_curve=[(u, v / 2) for u, v in ref[r.seed]]) for r in gepa]
+    held += [replace(r, test_curve=[(30, 0.0), (90, 0.5)]) for r in fast]
+    rows = reach_rows(held, held_out=True)
+    assert rows and "0.500" in rows[0] and "| gepa | 138 | 1.00x | 1.00x | 0 |" in rows
+    assert "| fast | 90 | 0.65x | 0.77x | 0 |" in rows  # per seed: 90 / 102 and 90 / 138
+    assert reach_rows(gepa, held_out=True) == []  # no test curves recorded: no table
 
 async def test_counters_count_calls_and_tokens() -> None:
     w = sim_rules.world("easy")
@@ -230,8 +238,19 @@ def test_gepetto_side_end_to_end_on_the_sim_track() -> None:
     assert rec.proposals["answers"] == rec.reflection_calls
     assert rec.proposals["useless_paid"] == 0  # every useless scripted answer is caught before rollouts
     assert rec.rollouts_to_95 is not None and rec.rollouts_to_95 <= rec.rollouts_counted
-    again = run_gepetto(task, w.task_lm(0), w.reflection_lm(0), budget=200, seed=0)
+    again = run_gepetto(task, w.task_lm(0), w.reflection_lm(0), budget=200, seed=0, held_out_curve=True)
     assert (again.curve, again.best_candidate) == (rec.curve, rec.best_candidate)
+    assert rec.test_curve == []  # measured only when asked
+    assert_held_out_curve_follows_the_best(again)
+
+
+def assert_held_out_curve_follows_the_best(rec: RunRecord) -> None:
+    """One test score per rise of the best validation score (the seed's included), at the same rollout
+    counts, the last being the returned candidate's."""
+    rises = [(u, v) for i, (u, v) in enumerate(rec.curve) if i == 0 or v > rec.curve[i - 1][1]]
+    assert [u for u, _ in rec.test_curve] == [u for u, _ in rises] and len(rises) >= 2
+    assert rec.test_curve[0][1] == 0.0  # the seed states no rule
+    assert rec.test_curve[-1][1] == rec.test_score > 0.0
 
 
 def test_a_demonstration_added_is_not_counted_as_a_paid_reflection_answer() -> None:
@@ -298,8 +317,10 @@ def test_real_lm_proposals_are_classified_with_gepettos_vetting_rules() -> None:
     rec.on_proposal_end({"new_instructions": {"instruction": sim_rules.CHAT_REPLY}})
     rec.on_evaluation_end({"candidate_idx": None})
     rec.on_evaluation_end({"candidate_idx": 0})
-    rec.on_valset_evaluated({"average_score": 0.5})
-    assert rec.kinds == ["chat"] and rec.child_evals == 1 and rec.curve == [(0, 0.5)]
+    rec.on_valset_evaluated({"average_score": 0.5, "candidate": {"instruction": "a"}})
+    rec.on_valset_evaluated({"average_score": 0.5, "candidate": {"instruction": "b"}})  # a tie: not the best
+    assert rec.kinds == ["chat"] and rec.child_evals == 1 and rec.curve == [(0, 0.5), (0, 0.5)]
+    assert rec.bests == [(0, {"instruction": "a"})]
 
 
 # ---- the gepa side (only where gepa is installed) ----------------------------------------------------
@@ -310,7 +331,8 @@ def test_gepa_side_end_to_end_on_the_sim_track() -> None:
 
     w = sim_rules.world("multi")
     task = w.task()
-    rec = run_gepa(task, w.task_lm(0), w.reflection_lm(0), budget=300, seed=0)
+    rec = run_gepa(task, w.task_lm(0), w.reflection_lm(0), budget=300, seed=0, held_out_curve=True)
+    assert_held_out_curve_follows_the_best(rec)
     assert rec.rollouts_own == rec.rollouts_counted
     assert rec.rollouts_counted >= 300  # gepa spends its whole budget (and may overshoot)
     assert rec.curve[0] == (len(task.valset), rec.seed_val) and rec.best_val >= rec.seed_val

@@ -23,7 +23,15 @@ from gepetto.lm.base import LM, Message
 from gepetto.program import Metric, Program, Rollout, Task, run_rollout
 from gepetto.types import Candidate, Example
 
-from .measure import CountingLM, CountingMetric, RunRecord, proposal_accounting, reflection_kinds, test_score
+from .measure import (
+    CountingLM,
+    CountingMetric,
+    RunRecord,
+    proposal_accounting,
+    reflection_kinds,
+    scored_on_test,
+    test_score,
+)
 
 T = TypeVar("T")
 
@@ -123,12 +131,15 @@ class Recorder:
         self.curve_s: list[float] = []
         self.t0 = time.perf_counter()  # reset just before the run starts
         self.best = float("-inf")
+        self.bests: list[tuple[int, dict[str, str]]] = []  # (rollouts, candidate) each time the best rose
         self.kinds: list[str] = []  # each proposal classified by gepetto's vetting rules (for real LMs)
         self._pending: Mapping[str, Any] = {}
         self.child_evals = 0
         self.accepted = self.rejected = self.merges_accepted = 0
 
     def on_valset_evaluated(self, event: Mapping[str, Any]) -> None:
+        if float(event["average_score"]) > self.best:  # (gepa returns the earliest of ties: this one)
+            self.bests.append((self.metric.calls, dict(event["candidate"])))
         self.best = max(self.best, float(event["average_score"]))
         self.curve.append((self.metric.calls, self.best))
         self.curve_s.append(time.perf_counter() - self.t0)
@@ -179,8 +190,9 @@ class QuietLogger:
 def run_gepa(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed: int, system: str = "gepa",
              use_merge: bool = False, test_lm: LM | None = None, minibatch_size: int = 3,
              lm_params: Mapping[str, Any] | None = None, reflection_params: Mapping[str, Any] | None = None,
-             max_workers: int = 1) -> RunRecord:
-    """One `gepa.optimize` run with `max_metric_calls=budget`, counted by the harness."""
+             max_workers: int = 1, held_out_curve: bool = False) -> RunRecord:
+    """One `gepa.optimize` run with `max_metric_calls=budget`, counted by the harness (`held_out_curve`: as
+    `run_gepetto`'s)."""
     import gepa
 
     metric, tlm, rlm = CountingMetric(task.metric), CountingLM(task_lm), CountingLM(reflection_lm)
@@ -212,4 +224,5 @@ def run_gepa(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed: i
     return RunRecord(system, task.name, seed, budget, test, scores[result.best_idx], scores[0],
                      int(result.total_metric_calls or 0), counted, wall, t_snap[0], t_snap[1:], r_snap[0],
                      r_snap[1:], recorder.curve, len(result.candidates), proposals, best,
-                     note=f"LM errors: task {tlm.errors}, reflection {rlm.errors}", curve_s=recorder.curve_s)
+                     note=f"LM errors: task {tlm.errors}, reflection {rlm.errors}", curve_s=recorder.curve_s,
+                     test_curve=scored_on_test(task, recorder.bests, test_lm or task_lm) if held_out_curve else [])

@@ -107,6 +107,9 @@ class RunRecord:
     best_candidate: dict[str, str] = field(default_factory=dict)
     note: str = ""
     curve_s: list[float] = field(default_factory=list)  # seconds since the start, for each curve point
+    # (rollouts, test score of the candidate the run would have returned then): each time the best validation
+    # score rose; only where test scores cost nothing (the simulated track: `held_out_curve`)
+    test_curve: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def rollouts_to_95(self) -> int | None:
@@ -165,15 +168,18 @@ GEPETTO_KIND = {"": "edit", "empty": "empty", "unchanged": "unchanged", "chat re
 
 
 def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed: int, system: str = "gepetto",
-                test_lm: LM | None = None, events: Path | None = None, **config: Any) -> RunRecord:
+                test_lm: LM | None = None, events: Path | None = None, held_out_curve: bool = False,
+                **config: Any) -> RunRecord:
     """One gepetto run through its public `optimize`, counted by the harness; with `events`, each reflection
-    answer, minibatch test and new candidate is appended there as a JSON line, with its time (for diagnosis)."""
+    answer, minibatch test and new candidate is appended there as a JSON line, with its time (for diagnosis);
+    with `held_out_curve`, the test score of each new best candidate is measured after the run (`test_curve`)."""
     metric, tlm, rlm = CountingMetric(task.metric), CountingLM(task_lm), CountingLM(reflection_lm)
     curve: list[tuple[int, float]] = []
     curve_s: list[float] = []
     t0 = time.perf_counter()
     verdicts: list[str] = []  # vet verdict of every reflection answer, in call order ("" = kept)
     paid: list[bool] = []  # whether that answer was tried on a minibatch (exact with proposals_per_round=1)
+    bests: list[tuple[int, dict[str, str]]] = []  # (rollouts, candidate) each time the best validation score rose
     retests = 0
 
     def on_event(event: Event) -> None:
@@ -184,6 +190,8 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
                 f.write(json.dumps({"system": system, "seed": seed, "t": round(time.perf_counter() - t0, 2),
                                     "kind": event.kind, "rollouts": metric.calls, **data}, default=str) + "\n")
         if isinstance(event, CandidateAdded):
+            if not curve or event.best > curve[-1][1]:  # (the best is the earliest of ties: this one)
+                bests.append((metric.calls, event.record.candidate.to_dict()))
             curve.append((metric.calls, event.best))
             curve_s.append(time.perf_counter() - t0)
         elif isinstance(event, ReflectionAnswered):
@@ -215,7 +223,13 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
                      result.rollouts_used, counted, wall, t_snap[0], t_snap[1:], r_snap[0], r_snap[1:],
                      curve, len(result.candidates), proposals, result.best_candidate.to_dict(),
                      note=f"stopped: {result.stop_message}; LM errors: task {tlm.errors}, reflection {rlm.errors}",
-                     curve_s=curve_s)
+                     curve_s=curve_s, test_curve=scored_on_test(task, bests, test_lm or task_lm) if held_out_curve
+                     else [])
+
+
+def scored_on_test(task: Task, bests: Sequence[tuple[int, dict[str, str]]], lm: LM) -> list[tuple[int, float]]:
+    """A run's held-out curve: (rollouts, test score) for each (rollouts, candidate) at which its best rose."""
+    return [(used, test_score(task, c, lm)) for used, c in bests]
 
 
 def test_score(task: Task, candidate: Candidate | dict[str, str], lm: LM, examples: Sequence[Example] | None = None,
@@ -411,47 +425,53 @@ def _step_value(curve: Sequence[tuple[float, float]], x: float) -> float:
 
 
 def mean_reaches(curves: Sequence[Sequence[tuple[float, float]]], target: float) -> int | None:
-    """The first rollout count at which the mean over runs of the best validation score reaches `target` (None:
-    never within the runs' spend)."""
+    """The first rollout count at which the mean over runs of a curve's score (e.g. the best validation score)
+    reaches `target` (None: never within the runs' spend)."""
     top = int(max(used for curve in curves for used, _ in curve))
     return next((x for x in range(top + 1)
                  if sum(_step_value(c, x) for c in curves) / len(curves) >= target - 1e-9), None)
 
 
-def reach_rows(records: Sequence[RunRecord], reference: str = "gepa") -> list[str]:
+def reach_rows(records: Sequence[RunRecord], reference: str = "gepa", held_out: bool = False) -> list[str]:
     """The issue's measure of speed: when each system's mean best validation score over seeds first reaches the
-    mean of `reference`'s final scores, and that as a multiple of when `reference`'s own mean reaches it."""
-    ref = [r.curve for r in records if r.system == reference and r.curve]
-    if not ref:
+    mean of `reference`'s final scores, and that as a multiple of when `reference`'s own mean reaches it; per seed
+    pair too. `held_out`: the same on the test score of the candidate each run would have returned at each
+    point (`test_curve`), against `reference`'s mean final test score."""
+    def curves(system: str) -> dict[int, list[tuple[int, float]]]:
+        return {r.seed: c for r in records if r.system == system and (c := r.test_curve if held_out else r.curve)}
+
+    own = curves(reference)
+    if not own:
         return []
-    target = sum(c[-1][1] for c in ref) / len(ref)
-    base = mean_reaches(ref, target)
-    lines = [f"Rollouts until the mean best validation score over seeds first reaches {reference}'s mean final "
-             f"score, {target:.3f} (the mean follows the slowest runs, so it moves with the number of seeds); and, "
-             f"per seed, when the run first reaches that seed's {reference} final score over when {reference}'s run "
+    target = sum(c[-1][1] for c in own.values()) / len(own)
+    base = mean_reaches(list(own.values()), target)
+    what = "test score of the candidate it would return" if held_out else "best validation score"
+    lines = [f"Rollouts until the mean {what} over seeds first reaches {reference}'s mean final score, "
+             f"{target:.3f} (the mean follows the slowest runs, so it moves with the number of seeds); and, per "
+             f"seed, when the run first reaches that seed's {reference} final score over when {reference}'s run "
              f"does (median over seeds, and the runs that never reach it):", "",
              f"| system | rollouts | x {reference}'s | per seed: median x | per seed: never |",
              "|---|---:|---:|---:|---:|"]
-    own = {r.seed: r.curve for r in records if r.system == reference and r.curve}
     for system in dict.fromkeys(r.system for r in records):
-        at = mean_reaches([r.curve for r in records if r.system == system and r.curve], target)
+        mine = curves(system)
+        at = mean_reaches(list(mine.values()), target)
         ratio = f"{at / base:.2f}x" if at is not None and base else "-"
-        ratios, never = paired_reach_ratios([r for r in records if r.system == system and r.curve], own)
+        ratios, never = paired_reach_ratios(mine, own)
         median = f"{statistics.median(ratios):.2f}x" if ratios else "-"
         lines.append(f"| {system} | {'never' if at is None else at} | {ratio} | {median} | {never} |")
     return lines
 
 
-def paired_reach_ratios(runs: Sequence[RunRecord], reference: Mapping[int, Sequence[tuple[float, float]]]
-                        ) -> tuple[list[float], int]:
-    """Per seed with a reference run: rollouts until the run's best validation score first reaches the reference
-    run's final one, over the rollouts the reference run took to reach it; and how many runs never did."""
+def paired_reach_ratios(curves: Mapping[int, Sequence[tuple[float, float]]],
+                        reference: Mapping[int, Sequence[tuple[float, float]]]) -> tuple[list[float], int]:
+    """Per seed with a curve in both: rollouts until the run's curve first reaches the reference run's final
+    value, over the rollouts the reference run took to reach it; and how many runs never did."""
     ratios, never = [], 0
-    for r in runs:
-        if r.seed not in reference:
+    for seed, curve in curves.items():
+        if seed not in reference:
             continue
-        target = reference[r.seed][-1][1]
-        mine, theirs = rollouts_to_reach(r.curve, target), rollouts_to_reach(reference[r.seed], target)
+        target = reference[seed][-1][1]
+        mine, theirs = rollouts_to_reach(curve, target), rollouts_to_reach(reference[seed], target)
         if mine is None:
             never += 1
         elif theirs:
@@ -493,6 +513,7 @@ def load_json(path: Path) -> list[RunRecord]:
     for d in runs:
         d = {k: v for k, v in d.items() if k in fields}
         d["curve"] = [(int(u), float(v)) for u, v in d["curve"]]
+        d["test_curve"] = [(int(u), float(v)) for u, v in d.get("test_curve", [])]
         d["task_tokens"], d["reflection_tokens"] = tuple(d["task_tokens"]), tuple(d["reflection_tokens"])
         out.append(RunRecord(**d))
     return out
@@ -505,6 +526,7 @@ def save_json(records: Sequence[RunRecord], extra: dict[str, Any], path: Path) -
         d = r.to_dict()
         d["curve"] = [[u, round(v, 4)] for u, v in r.curve]
         d["curve_s"] = [round(t, 3) for t in r.curve_s]
+        d["test_curve"] = [[u, round(v, 4)] for u, v in r.test_curve]
         runs.append(json.dumps(d, separators=(",", ":")))
     head = json.dumps(extra, separators=(",", ":"))
     path.write_text('{"meta":' + head + ',\n"runs":[\n' + ",\n".join(runs) + "\n]}\n")

@@ -30,7 +30,8 @@ def _mean_sd(xs: list[float], fmt: str = "{:.3f}") -> str:
 
 
 def rollouts_to_reach(curve: Sequence[Sequence[float]], target: float) -> int | None:
-    """The first rollout count at which the best validation score reached `target` (None: never)."""
+    """The first rollout count at which a curve's score (the best validation score, or held out: the test
+    score of what the run would return) reached `target` (None: never)."""
     for used, best in curve:
         if best >= target - 1e-9:
             return int(used)
