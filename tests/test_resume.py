@@ -78,6 +78,7 @@ def _killed_everywhere(tmp_path, per_round):
     assert got == expected
     assert snap["run"]["status"] == "finished"
     assert snap["result"]["rollouts_used"] == RunStore(storage).count_rollouts("r")  # nothing paid twice
+    assert not RunStore(storage).events("r", "diverged")  # every session retraced the stored path
 
 
 def test_killed_in_every_phase_with_several_proposals_per_round_resumes_exactly(tmp_path):
@@ -111,6 +112,7 @@ def test_killed_in_the_middle_of_races_resumes_exactly(tmp_path):
     got, snap = _final(storage, "r")
     assert got == expected and snap["result"]["raced_out"] == raced
     assert snap["result"]["rollouts_used"] == RunStore(storage).count_rollouts("r")  # nothing paid twice
+    assert not RunStore(storage).events("r", "diverged")
 
 
 def test_sigterm_stops_gracefully_and_the_run_resumes_exactly(tmp_path):
@@ -223,3 +225,43 @@ def test_killed_inside_store_transactions_and_lm_calls_resumes_exactly(tmp_path,
     assert paid.count("task") - paid_whole.count("task") == sum(lost)  # paid twice: only what was lost in flight
     assert all(0 <= n <= 4 for n in lost)  # at most max_concurrency rollouts are in flight
     assert RunStore(storage).count_rollouts("r") == expected["rollouts_used"]
+
+
+class _SessionParent:
+    """A parent selector that decides on something outside the run (here a switch; in life the clock or an
+    unseeded random source): a resumed run cannot retrace its path."""
+
+    latest = False
+
+    def __call__(self, state, rng):
+        return len(state.records) - 1 if _SessionParent.latest else state.archive.sample(rng)
+
+
+def test_a_resume_that_leaves_its_stored_path_says_so(tmp_path):
+    import warnings
+
+    import gepetto
+
+    task = sim.task(kinds=6, components=2)
+
+    def session(budget):
+        return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                program=task.program, task_lm=sim.SimTaskLM(), fewshot=0,
+                                reflection_lm=sim.SimReflectionLM(noise=0.3, seed=5, forget=True, max_rules=2),
+                                budget=budget, seed=2, storage=tmp_path / "s.sqlite", run="r",
+                                parent_selector=_SessionParent())
+
+    _SessionParent.latest = False
+    first = session(120)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same path: no warning
+        again = session(200)
+    store = RunStore(tmp_path / "s.sqlite")
+    assert again.rollouts_used > first.rollouts_used and not store.events("r", "diverged")
+    _SessionParent.latest = True  # another path from the start
+    with pytest.warns(RuntimeWarning, match=r"did not retrace its stored path on resume: \d+ of its \d+ stored"):
+        session(320)
+    [diverged] = store.events("r", "diverged")
+    stored = store.events("r", "start")[-1]["data"]["stored_rollouts"]
+    assert diverged["data"]["stored_rollouts"] == stored == again.rollouts_used
+    assert 0 < diverged["data"]["left_behind"] < stored and diverged["data"]["paid"] > 0

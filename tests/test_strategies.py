@@ -285,6 +285,7 @@ def test_a_stopped_paired_run_with_a_noisy_task_lm_resumes_exactly(tmp_path):
     final, _, _ = stored(storage)
     assert fingerprint(final) == fingerprint(whole)
     assert RunStore(storage).count_rollouts("r") == final.rollouts_used  # nothing paid twice
+    assert not RunStore(storage).events("r", "diverged")  # each session retraced the stored path
 
 
 # ---- proposers ------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,7 +218,24 @@ class StoredRun:
         store.finish_run(name, status, result.to_dict())
         store.add_event(name, "done", {"session": self.session, "replayed_rollouts": self.rollouts.replayed,
                                        "stop_reason": result.stop_reason.value, "stop_message": result.stop_message})
+        self._check_retraced(status)
         return result
+
+    def _check_retraced(self, status: str) -> None:
+        """Warn (and log a `diverged` event) when a resumed session that ran to its end took another path than
+        the stored one: it paid new rollouts and never asked for some stored ones. Its result is sound, but
+        not the one the uninterrupted run would have given."""
+        left, paid = self.rollouts.left_behind, self.rollouts.paid
+        if status != "finished" or not left or not paid:
+            return
+        self.store.add_event(self.name, "diverged", {"session": self.session, "left_behind": left, "paid": paid,
+                                                     "stored_rollouts": self.rollouts.stored_at_start})
+        warnings.warn(f"run {self.name!r} did not retrace its stored path on resume: {left} of its "
+                      f"{self.rollouts.stored_at_start} stored rollouts were never asked for again and {paid} new ones "
+                      "were paid. The result stands, but it is not the one an uninterrupted run would have given. "
+                      "Usual causes: the run was started by another gepetto version (defaults or proposals "
+                      "changed), or a strategy or program of one's own decides on something outside the run "
+                      "(unseeded randomness, the clock)", RuntimeWarning, stacklevel=2)
 
     def run(self) -> Result:
         """Run to the end in a fresh event loop; Ctrl-C or SIGTERM stops it gracefully (resumable)."""

@@ -441,12 +441,22 @@ class StoredRollouts:
         self._known = store.rollouts(run)
         self.stored_at_start = len(self._known)
         self.replayed = 0
+        self.paid = 0  # new rollouts this session
+        self._not_asked = set(self._known)  # stored rollouts this session has not asked for (yet)
 
     def get(self, candidate_id: str, example_id: str) -> Rollout | None:
         found = self._known.get((candidate_id, example_id))
         self.replayed += found is not None
+        self._not_asked.discard((candidate_id, example_id))
         return found
 
     def put(self, candidate: Candidate, example_id: str, rollout: Rollout) -> None:
         self.store.put_rollout(self.run, candidate, example_id, rollout)
         self._known[(candidate.id, example_id)] = rollout
+        self.paid += 1
+
+    @property
+    def left_behind(self) -> int:
+        """Stored rollouts this session never asked for. A resumed run retraces its stored path before it pays
+        for anything new, so a session that paid new rollouts and still left some behind took another path."""
+        return len(self._not_asked)
