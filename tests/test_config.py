@@ -203,3 +203,45 @@ def test_a_run_stored_when_fewshot_was_off_by_default_resumes_without_demonstrat
 
     assert not isinstance(resolve("proposer", None, EngineConfig(fewshot=0)), FewShot)
     assert isinstance(resolve("proposer", None, EngineConfig()), FewShot)
+
+
+def test_a_run_stored_before_defaults_were_kept_warns_when_its_resume_leaves_its_path(tmp_path, monkeypatch):
+    """Such a run cannot be told apart from one started under today's defaults, so it is resumed; when an old
+    default sends it elsewhere (here the rewrite temperatures of before 2026-11-26, with a reflection LM whose
+    answers depend on the temperature), the resume says so."""
+    import json
+    import sqlite3
+
+    import gepetto
+    import gepetto.config as config
+    import gepetto.engine.proposers as proposers
+    from gepetto.testing import sim
+
+    class ByTemperature:  # below temperature 1, rules two at a time; at 1, one at a time
+        name = "by-temperature"
+
+        def __init__(self):
+            self.lms = [sim.SimReflectionLM(max_rules=n) for n in (2, 1)]
+
+        async def complete(self, messages, **params):
+            return await self.lms[params.get("temperature", 0) >= 1].complete(messages, **params)
+
+    task = sim.task(kinds=6, components=1)
+
+    def session(budget):
+        return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=ByTemperature(),
+                                budget=budget, seed=3, fewshot=0, storage=tmp_path / "s.sqlite", run="r")
+
+    with monkeypatch.context() as m:
+        for where in (config, proposers):  # the default before 2026-11-26
+            m.setattr(where, "REWRITE_TEMPERATURES", (0.0, 0.7, 1.0))
+        first = session(90)
+    with sqlite3.connect(tmp_path / "s.sqlite") as db:  # what such a run has: no defaults kept with it
+        (seq, data), = db.execute("SELECT seq, data FROM events WHERE run = 'r' AND kind = 'start'")
+        db.execute("UPDATE events SET data = ? WHERE seq = ?",
+                   (json.dumps({k: v for k, v in json.loads(data).items() if k != "defaults"}), seq))
+    with pytest.warns(RuntimeWarning, match="did not retrace its stored path"):
+        session(180)
+    [diverged] = RunStore(tmp_path / "s.sqlite").events("r", "diverged")
+    assert 0 < diverged["data"]["left_behind"] < first.rollouts_used == diverged["data"]["stored_rollouts"]
