@@ -68,6 +68,8 @@ GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     # a parent whose minibatch has solved examples runs up to 3 more and reflects on its mistakes in their place
     "gepetto-seek": {"seek_failures": 3},
     "gepetto-nofewshot-seek": {"fewshot": 0, "seek_failures": 3},
+    # a length budget: rewrites whose instruction (demonstrations apart) is over 250 characters are refused
+    "gepetto-len250": {"max_component_chars": 250},
     "gepetto-racing": {"racing": True},  # racing validation (engine/racing.py): cut children proved out early
     # racing that also cuts on a one-sided sign test at 95% confidence (not exact; random validation order)
     "gepetto-racing-sign": {"racing": True, "racing_confidence": 0.95},
