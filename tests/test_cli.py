@@ -178,3 +178,19 @@ def test_a_broken_metric_exits_non_zero_with_a_clear_message(cli, tmp_path):
               "sim:reflection", "--budget", 80, "--run", "b", "--storage", "runs.sqlite", "-q")
     assert res.exit_code != 0 and "MetricError" in res.output and "metric" in res.output
     assert "failed" in cli("runs", "--storage", "runs.sqlite").output
+
+
+def test_warnings_are_told_in_the_command_lines_words(monkeypatch, capsys):
+    import warnings
+
+    import gepetto.cli as cli
+
+    def app():
+        warnings.warn("run 'r' did not retrace its stored path on resume: [1 of 2]", RuntimeWarning, stacklevel=1)
+
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # put back after the test
+    monkeypatch.setattr(cli, "app", app)
+    cli.main()
+    err = capsys.readouterr().err
+    assert err.startswith("warning: run 'r' did not retrace its stored path on resume: [1 of 2]")  # as written
+    assert "RuntimeWarning" not in err and "test_cli.py" not in err  # no Python location

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import UnionType
@@ -373,5 +374,12 @@ def demo(
         console.print(f"[bold]test[/bold]: seed {seed_test.mean:.3f} -> best {best_test.mean:.3f}")
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """Python's warnings, in the command line's words: `warning: ...` on stderr, without a source location."""
+    err.print(f"[yellow]warning:[/yellow] {_t(message)}", highlight=False, soft_wrap=True)
+
+
 def main() -> None:
+    warnings.showwarning = _show_warning
     app()
