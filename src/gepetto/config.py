@@ -220,7 +220,7 @@ class EngineConfig(_Options):
     adaptive_fewshot: bool = _field(True, "With fewshot: learn the share as the run goes, fewshot_share weighted "
                                     "by how often demonstrations and other proposals passed their tests.", EDIT)
     use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)
-    max_merges: int = _field(5, "Merges at most.", MERGE, ge=0)
+    max_merges: int = _field(30, "Merges at most.", MERGE, ge=0)
     # how often a due merge is tried, learnt from this run's merges (engine/merge.py `merge_chance`); an iteration
     # whose merge is skipped, or finds no pair to merge, makes a proposal instead of passing idle
     adaptive_merge: bool = _field(False, "Try a due merge with probability (merges accepted + 2) / (merges tried + "
