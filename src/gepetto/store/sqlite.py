@@ -457,6 +457,7 @@ class StoredRollouts:
 
     @property
     def left_behind(self) -> int:
-        """Stored rollouts this session never asked for. A resumed run retraces its stored path before it pays
-        for anything new, so a session that paid new rollouts and still left some behind took another path."""
+        """Stored rollouts this session never asked for. An exact resume asks again for every stored rollout (it
+        takes the stored path first), so a session that ran to its end, paid new rollouts and still left some
+        behind took another path."""
         return len(self._not_asked)
