@@ -172,9 +172,9 @@ class Engine:
         self.strategies = Strategies.resolve(cfg, strategies)
         self.stop_conditions = [*stopping.from_config(cfg, len(self.trainset)), *stopping.as_conditions(stop)]
         child_test = getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size
+        retests = 2 * child_test * getattr(self.strategies.accept, "retests", 0)
         self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size + cfg.seek_failures,
-                                            child_test,
-                                            2 * child_test * getattr(self.strategies.accept, "retests", 0))
+                                            child_test, retests)
         self._stop: Stop | None = None
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None
