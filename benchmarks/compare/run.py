@@ -73,6 +73,11 @@ GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     "gepetto-racing": {"racing": True},  # racing validation (engine/racing.py): cut children proved out early
     # racing that also cuts on a one-sided sign test at 95% confidence (not exact; random validation order)
     "gepetto-racing-sign": {"racing": True, "racing_confidence": 0.95},
+    # the search's own defaults against the alternatives: greedier parents, larger minibatches
+    "gepetto-current-best": {"parent_selector": "current-best"},
+    "gepetto-epsilon-greedy": {"parent_selector": "epsilon-greedy"},
+    "gepetto-minibatch4": {"minibatch_size": 4},
+    "gepetto-minibatch5": {"minibatch_size": 5},
     "gepetto-merges5": {"max_merges": 5},  # the merge cap before 2026-11-26 night (gepa's)
     "gepetto-adaptive-merge": {"adaptive_merge": True},  # how often to merge, learnt from the run's merges
     # noise-aware acceptance: a tie (within the tolerance) is tested again on fresh examples
