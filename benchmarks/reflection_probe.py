@@ -8,6 +8,14 @@ how many answers were usable, unchanged or refused otherwise, the mean training 
 tokens and seconds.
 
     python benchmarks/reflection_probe.py --task demo --wording current lessons-as-rules --minibatches 10
+
+With `--limit N` (a length budget, EngineConfig.max_component_chars) the prompt states the limit and an answer
+over it is refused and asked again once, as in a run: with `--over-length engine` as the engine does (a new
+request to shorten that answer, `reflect.shorten_messages`), with `--over-length before` as it did before
+2026-11-27 (the same conversation, told the answer was too long). The table counts the answers within the limit
+at the first attempt and at the second.
+
+    python benchmarks/reflection_probe.py --task demo --temperature 1 --limit 250 --over-length before
 """
 
 from __future__ import annotations
@@ -40,7 +48,20 @@ WORDINGS = {
 }
 
 
-async def probe(task_name: str, wording: str, minibatches: int, threads: int, temperature: float) -> dict:
+# what the reflection LM was told of an over-long answer before 2026-11-27, in the same conversation
+BEFORE = ("That is too long. Write a shorter instruction (at most {limit} characters) that keeps what matters most, "
+          "between {open} and {close}.")
+
+
+def over_length_retry(messages: list, raw: str, text: str, limit: int, how: str) -> list:
+    if how == "engine":
+        return reflect.shorten_messages(text, limit)
+    hint = BEFORE.format(limit=limit, open=reflect.OPEN_TAG, close=reflect.CLOSE_TAG)
+    return [*messages, {"role": "assistant", "content": reflect.clip(raw, 1500)}, {"role": "user", "content": hint}]
+
+
+async def probe(task_name: str, wording: str, minibatches: int, threads: int, temperature: float,
+                limit: int | None = None, over_length: str = "engine") -> dict:
     task = load_task(task_name, seed=0)
     task_lm = make_lm(f"local:qwen2.5-coder-0.5b?n_threads={threads}")
     refl = make_lm(f"local:qwen2.5-coder-1.5b?n_threads={threads}")
@@ -50,6 +71,7 @@ async def probe(task_name: str, wording: str, minibatches: int, threads: int, te
                                  max_concurrency=4)).rollouts
     rng, outcomes, scores, tokens, answers, raws = random.Random(0), Counter(), [], [], [], []
     reflect.TASK_PROMPT = WORDINGS[wording]  # build_prompt reads the module's wording
+    within = [0, 0]  # answers within the length limit at the first attempt, and at the second of one over it
     t0 = time.perf_counter()
     done = 0
     while done < minibatches:
@@ -58,11 +80,25 @@ async def probe(task_name: str, wording: str, minibatches: int, threads: int, te
             continue  # a run reflects only on a minibatch with a failure
         done += 1
         examples = reflect.reflective_examples(batch, component, task.trainset)
-        out = await refl.complete(reflect.build_prompt(seed[component], examples), temperature=temperature,
-                                  max_tokens=700, stop=[reflect.CLOSE_TAG], seed=done)
+        messages = reflect.build_prompt(seed[component], examples, limit=limit)
+        out = await refl.complete(messages, temperature=temperature, max_tokens=700, stop=[reflect.CLOSE_TAG],
+                                  seed=done)
         tokens.append(out.usage.output_tokens)
         raws.append(out.text)
         verdict = reflect.vet(out.text, out.finish_reason, seed[component], examples)
+        if limit and not verdict.rejected:
+            if len(verdict.text) <= limit:
+                within[0] += 1
+            else:  # asked once more, as a run does
+                out = await refl.complete(over_length_retry(messages, out.text, verdict.text, limit, over_length),
+                                          temperature=temperature, max_tokens=700, stop=[reflect.CLOSE_TAG],
+                                          seed=done + 1000)
+                tokens.append(out.usage.output_tokens)
+                raws.append(out.text)
+                verdict = reflect.vet(out.text, out.finish_reason, seed[component], examples)
+                if not verdict.rejected and len(verdict.text) > limit:
+                    verdict = reflect.ReflectionProposal(verdict.text, "over the length budget", out.text)
+                within[1] += not verdict.rejected
         outcomes[verdict.rejected or "usable"] += 1
         if not verdict.rejected:
             child = Candidate({component: verdict.text})
@@ -73,7 +109,8 @@ async def probe(task_name: str, wording: str, minibatches: int, threads: int, te
     seconds = time.perf_counter() - t0
     seed_train = sum(r.score.value for r in runs) / len(runs)
     return {"task": task_name, "wording": wording, "temperature": temperature, "minibatches": minibatches,
-            "outcomes": dict(outcomes),
+            "limit": limit, "over_length": over_length, "within_first": within[0], "within_second": within[1],
+            "outcomes": dict(outcomes), "lengths": [len(a) for a in answers],
             "seed_train": seed_train, "usable_train_mean": sum(scores) / len(scores) if scores else None,
             "usable_better": sum(s > seed_train for s in scores), "output_tokens": sum(tokens),
             "seconds": round(seconds), "answers": answers, "raw": raws}
@@ -86,10 +123,14 @@ def main() -> None:
     ap.add_argument("--minibatches", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--temperature", type=float, default=0.0, help="of the reflection call (a run's first attempt: 0)")
+    ap.add_argument("--limit", type=int, default=None, help="a length budget in characters (max_component_chars)")
+    ap.add_argument("--over-length", default="engine", choices=("engine", "before"),
+                    help="how an answer over the limit is asked again: the engine's way, or the one before 2026-11-27")
     ap.add_argument("--log", default=None, help="append each wording's row here (JSON lines)")
     args = ap.parse_args()
     for wording in args.wording:
-        row = asyncio.run(probe(args.task, wording, args.minibatches, args.threads, args.temperature))
+        row = asyncio.run(probe(args.task, wording, args.minibatches, args.threads, args.temperature, args.limit,
+                                args.over_length))
         print(json.dumps({k: v for k, v in row.items() if k not in ("answers", "raw")}), flush=True)
         if args.log:
             with open(args.log, "a") as f:

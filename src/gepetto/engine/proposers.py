@@ -29,7 +29,15 @@ from typing import Any, Protocol
 from gepetto import events as ev
 from gepetto.config import REWRITE_TEMPERATURES, RULE_TEMPERATURES, EngineConfig
 from gepetto.engine import demos, edits
-from gepetto.engine.reflect import CLOSE_TAG, ReflectionExample, build_prompt, reflective_examples, retry_messages, vet
+from gepetto.engine.reflect import (
+    CLOSE_TAG,
+    ReflectionExample,
+    build_prompt,
+    reflective_examples,
+    retry_messages,
+    shorten_messages,
+    vet,
+)
 from gepetto.engine.state import RunState
 from gepetto.engine.strategies import EpochShuffled
 from gepetto.events import Outcome
@@ -202,7 +210,10 @@ class Rewrite:
             request.count(rejected)
             if proposal.rejected == "truncated":
                 max_tokens *= 2
-            messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact, limit=limit)
+            if proposal.rejected == "over the length budget" and limit:  # a new request: shorten it
+                messages = shorten_messages(proposal.text, limit)
+            else:
+                messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact)
         return None
 
 
