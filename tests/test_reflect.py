@@ -141,3 +141,8 @@ def test_prompt_cap_holds_with_many_examples_and_counts_the_current_text():
 def test_proposals_carrying_our_scaffolding_are_rejected():
     raw = "<new_instruction>Answer with one word.\n[... 286 characters cut ...]\nBe brief.</new_instruction>"
     assert vet(raw, "stop", CURRENT, EXAMPLES).rejected == "copies our prompt markers"
+    # our tag's name without its brackets, as the demo's 1.5B reflection LM wrote once when asked to shorten
+    raw = '<new_instruction>Reply with JSON. Use the "current_instruction" field for guidance.</new_instruction>'
+    assert vet(raw, "stop", CURRENT, EXAMPLES).rejected == "copies our prompt markers"
+    assert not vet("<new_instruction>Reply with JSON: the current instruction is yours.</new_instruction>", "stop",
+                   CURRENT, EXAMPLES).rejected

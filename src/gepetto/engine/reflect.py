@@ -427,8 +427,9 @@ def vet_artifact(raw: str, finish_reason: str, current: str, examples: Sequence[
 
 
 # Text of ours that must never end up inside a candidate (small models copy what they see).
+# An instruction that names our tags even without brackets ('Use the "current_instruction" field') copies them.
 _SCAFFOLDING = re.compile(
-    r"\[\.\.\. \d+ characters cut \.\.\.\]|</?(?:rule|new_instruction|current_instruction)>|^=== |"
+    r"\[\.\.\. \d+ characters cut \.\.\.\]|</?rule>|\b(?:new|current)_instruction\b|^=== |"
     r"\bExample \d+\b|\[Assistant's answer\]|\[Feedback\]|\[Input\]|\[Program output\]",
     re.I | re.M,
 )
