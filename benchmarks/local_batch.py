@@ -49,8 +49,8 @@ class SerialLM:
         from llama_cpp import Llama
 
         self.name = f"serial:{model}"
-        self.llama = Llama(model_path=str(model_path(model)), n_ctx=n_ctx, n_threads=n_threads, verbose=False,
-                           seed=0)
+        self.llama = Llama(model_path=str(model_path(model)), n_ctx=n_ctx, n_threads=n_threads,
+                           n_threads_batch=n_threads, verbose=False, seed=0)
         self._lock = threading.Lock()
 
     def _generate(self, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
@@ -116,6 +116,7 @@ class Run:
     texts: list[str]
     tokens_out: int
     tokens_in: int
+    cpu: float = 0.0  # CPU seconds of the process (all threads): less bent by the machine's load than wall time
 
 
 async def _run(lm: Any, calls: list[tuple[list[dict[str, str]], dict[str, Any]]], in_flight: int) -> Run:
@@ -125,15 +126,16 @@ async def _run(lm: Any, calls: list[tuple[list[dict[str, str]], dict[str, Any]]]
         async with sem:
             return await lm.complete(msgs, **{"temperature": 0.0, **params})
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     outs = await asyncio.gather(*(one(m, p) for m, p in calls))
     return Run(time.perf_counter() - t0, [o.text for o in outs], sum(o.usage.output_tokens for o in outs),
-               sum(o.usage.input_tokens for o in outs))
+               sum(o.usage.input_tokens for o in outs), time.process_time() - c0)
 
 
 def _machine() -> str:
+    policy = os.environ.get("OMP_WAIT_POLICY") or "unset (libgomp spins, then sleeps)"
     return (f"{platform.machine()}, {os.cpu_count()} CPU cores (shared), Python {platform.python_version()}, "
-            f"llama-cpp-python {__import__('llama_cpp').__version__}")
+            f"llama-cpp-python {__import__('llama_cpp').__version__}, OMP_WAIT_POLICY {policy}")
 
 
 def curve(model: str, workload: str, parallel: list[int], n: int, rounds: int, threads: int,
@@ -153,21 +155,25 @@ def curve(model: str, workload: str, parallel: list[int], n: int, rounds: int, t
             run = asyncio.run(_run(lm, calls, p))
             results[label].append(run)
             loads.append(os.getloadavg()[0])
-            print(f"round {r} {label}: {run.seconds:.1f} s, {run.tokens_out} tokens out", flush=True)
+            print(f"round {r} {label}: {run.seconds:.1f} s ({run.cpu:.1f} CPU s), {run.tokens_out} tokens out",
+                  flush=True)
     base = results["serial"]
     rows = []
     for label, _, _ in settings:
         runs = results[label]
         secs = [x.seconds for x in runs]
         ratio = [b.seconds / x.seconds for b, x in zip(base, runs, strict=True)]
+        cpu_ratio = sum(b.cpu for b in base) / sum(x.cpu for x in runs)
         same = sum(a == b for x, y in zip(base, runs, strict=True) for a, b in zip(x.texts, y.texts, strict=True))
         tok = sum(x.tokens_out for x in runs) / sum(secs)
         rows.append(f"| {model} | {workload} | {label} | {n} x {rounds} | {statistics.median(secs):.1f} | "
                     f"{n * rounds / sum(secs):.2f} | {tok:.1f} | {statistics.median(ratio):.2f}x "
-                    f"({min(ratio):.2f}-{max(ratio):.2f}) | {same}/{n * rounds} |")
+                    f"({min(ratio):.2f}-{max(ratio):.2f}) | {sum(x.cpu for x in runs) / (n * rounds):.2f} | "
+                    f"{cpu_ratio:.2f}x | {same}/{n * rounds} |")
     table = ("| model | prompts | setting | calls x rounds | median s per round | calls / s | tokens out / s | "
-             "speed-up vs serial (median, range) | greedy answers identical to serial |\n"
-             "|---|---|---|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows))
+             "speed-up vs serial, wall (median of rounds, range) | CPU s per call | speed-up vs serial, CPU | "
+             "greedy answers identical to serial |\n"
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows))
     print(table)
     if out:
         with open(out, "a") as f:

@@ -151,14 +151,20 @@ def is_looping(text: str, min_len: int = 20, times: int = 3) -> bool:
 
 DEFAULT_PARALLEL = 8  # sequences decoded together; chosen from the curve in benchmarks/results/local_batch.md
 
+# llama.cpp's threads meet at an OpenMP barrier after each step of a decode, and libgomp makes them spin there
+# first: with more busy threads than cores (a shared machine) a decode then runs several times slower than with
+# one thread. Waiting threads sleep instead, unless the user set a policy; read once, when llama_cpp loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def _new_llama(path: Path, *, n_threads: int) -> Any:
     """The one place a model is loaded: llama-cpp-python's `Llama` (pinned 0.3.36), whose weights, vocabulary,
     chat template and context parameters the batch decoder uses. Its own context is not used (the decoder makes
-    one with several sequences), so it is made small and freed at once."""
+    one with several sequences), so it is made small and freed at once. `n_threads` serves batches too."""
     from llama_cpp import Llama
 
-    llama = Llama(model_path=str(path), n_ctx=64, n_batch=64, n_threads=n_threads, verbose=False, seed=0)
+    llama = Llama(model_path=str(path), n_ctx=64, n_batch=64, n_threads=n_threads, n_threads_batch=n_threads,
+                  verbose=False, seed=0)
     llama._ctx.close()
     return llama
 
