@@ -291,3 +291,25 @@ def test_one_local_lm_serves_successive_event_loops_and_threads():
     assert all(c.text.strip() for c in outs)
     assert lm._decoder.stats.max_in_flight > 1
     lm.close()
+
+
+@needs_smollm
+@pytest.mark.real_model
+def test_an_lm_dropped_after_its_last_call_frees_its_model_safely():
+    """The caller may drop the LM the moment its answer arrives, while the worker is still ending the call: the
+    worker keeps the model alive until it is done, then ends when idle, and the model is freed."""
+    import gc
+    import time
+    import weakref
+
+    from gepetto.lm import llama_batch
+
+    refs = []
+    for _ in range(3):
+        lm = LocalLM("smollm2-135m", n_ctx=512, parallel=2)
+        asyncio.run(lm.complete(ask("Say yes."), max_tokens=2))
+        refs.append(weakref.ref(lm._llama))
+        del lm
+    time.sleep(llama_batch.IDLE_EXIT + 1.0)
+    gc.collect()
+    assert all(r() is None for r in refs)

@@ -30,6 +30,7 @@ from typing import Any
 from gepetto.lm.base import LMError
 
 MIN_SHARE = 16  # prompt tokens in common worth waiting a step for, or keeping in the cache after a request
+IDLE_EXIT = 1.0  # seconds without work after which the worker thread ends
 
 
 @dataclass
@@ -140,6 +141,7 @@ class BatchDecoder:
         if parallel < 1:
             raise ValueError("parallel must be >= 1")
         self._lib = llama_cpp
+        self._llama = llama  # keeps the weights alive while this decoder (and its worker) lives
         self._model = llama._model
         self._vocab = llama._model.vocab
         self.parallel, self.keep = parallel, max(0, min(keep, llama_cpp.llama_max_parallel_sequences() - parallel))
@@ -198,12 +200,19 @@ class BatchDecoder:
         self._ctx.close()
         _LIVE.discard(self)
 
+    def __del__(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            self._lib.llama_batch_free(self._batch)
+            self._batch = None
+
     # ---- the worker -----------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._closed and not self._inbox and not self._active and not self._pending:
-                    self._cond.wait()
+                    if not self._cond.wait(IDLE_EXIT) and not self._inbox:
+                        self._thread = None  # idle: the thread ends (a new one starts with the next request), so
+                        return  # an LM nobody holds any more can be freed with its model
                 if self._closed:
                     break
                 self._pending.extend(self._inbox)
