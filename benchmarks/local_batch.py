@@ -3,6 +3,8 @@
     python benchmarks/local_batch.py curve --model qwen2.5-coder-0.5b --parallel 1 2 4 8 12 --out F
     python benchmarks/local_batch.py curve --model qwen2.5-coder-1.5b --workload write --parallel 1 2 4 8 --out F
     python benchmarks/local_batch.py agree --n 100 --out F
+    python benchmarks/local_batch.py cost --model qwen2.5-coder-0.5b --out F   # llama.cpp's cost of k sequences
+    python benchmarks/local_batch.py threads --out F   # OMP_WAIT_POLICY and n_threads on this machine, now
 
 The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
 customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
@@ -16,6 +18,10 @@ flight. Tokens per second count the answers' tokens; "identical" counts greedy a
 
 `agree` scores the seed instruction on N examples with both backends (8 in flight for the batched one): how many
 greedy answers differ, and the mean score of each (the task's own metric).
+
+`cost` times one `llama_decode` of k sequences x 1 token (after a shared 100-token prompt) on a bare llama.cpp
+context, in CPU seconds of the process: what batching can give at best. `threads` times one decode of 1, 8 and 300
+tokens in fresh processes with 1 or 2 threads and libgomp's default wait policy or `OMP_WAIT_POLICY=PASSIVE`.
 """
 
 from __future__ import annotations
@@ -217,9 +223,116 @@ def agree(n: int, in_flight: int, threads: int, out: Path | None) -> None:
             f.write(text)
 
 
+def _bare_context(model: str, threads: int, n_seq: int) -> tuple[Any, Any, Any, list[int]]:
+    """A llama.cpp context of `n_seq` sequences on the model (as the batched backend makes it), a batch and tokens."""
+    import llama_cpp
+    from llama_cpp._internals import LlamaContext
+
+    from gepetto.lm.local import _new_llama
+
+    llama = _new_llama(model_path(model), n_threads=threads)
+    params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max, params.kv_unified = 4096, 512, 512, n_seq, True
+    ctx = LlamaContext(model=llama._model, params=params, verbose=False)
+    text = b"Read the customer's message and answer with a JSON object with the keys item and quantity. " * 40
+    return llama, ctx, llama_cpp.llama_batch_init(512, 0, 1), llama.tokenize(text)[:400]
+
+
+def _decode_cpu(ctx: Any, batch: Any, entries: list[tuple[int, int, int, int]]) -> tuple[float, float]:
+    """One llama_decode of (token, position, sequence, logits?) entries: (CPU seconds, wall seconds)."""
+    import llama_cpp
+
+    for i, (tok, pos, sid, out) in enumerate(entries):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, pos, 1, out
+        batch.seq_id[i][0] = sid
+    batch.n_tokens = len(entries)
+    c0, t0 = time.process_time(), time.perf_counter()
+    if llama_cpp.llama_decode(ctx.ctx, batch) != 0:
+        raise RuntimeError("llama_decode failed")
+    llama_cpp.llama_synchronize(ctx.ctx)
+    return time.process_time() - c0, time.perf_counter() - t0
+
+
+def cost(model: str, threads: int, out: Path | None) -> None:
+    import llama_cpp
+
+    ks = (1, 2, 4, 8, 16, 32)
+    llama, ctx, batch, toks = _bare_context(model, threads, max(ks))  # (llama holds the weights)
+    mem = llama_cpp.llama_get_memory(ctx.ctx)
+    _decode_cpu(ctx, batch, [(t, i, 0, 0) for i, t in enumerate(toks[:100])])
+    for s in range(1, max(ks)):
+        llama_cpp.llama_memory_seq_cp(mem, 0, s, 0, 100)
+    loads, cpu, wall = [os.getloadavg()[0]], {}, {}
+    for k in ks:
+        runs = []
+        for _ in range(7):
+            for s in range(k):
+                llama_cpp.llama_memory_seq_rm(mem, s, 100, -1)
+            runs.append(_decode_cpu(ctx, batch, [(toks[100 + s], 100, s, 1) for s in range(k)]))
+        cpu[k] = statistics.median(c for c, _ in runs)
+        wall[k] = statistics.median(w for _, w in runs)
+        loads.append(os.getloadavg()[0])
+    del llama
+    line = (f"| {model} | " + " | ".join(f"{1000 * cpu[k]:.0f} ms ({k / cpu[k] / (1 / cpu[1]):.1f}x)" for k in ks)
+            + " | " + " | ".join(f"{1000 * wall[k]:.0f} ms" for k in ks) + " |")
+    head = ("| model | " + " | ".join(f"{k} seq CPU" for k in ks) + " | " + " | ".join(f"{k} seq wall" for k in ks)
+            + " |\n|---|" + "---:|" * (2 * len(ks)))
+    text = (f"\n`python benchmarks/local_batch.py cost --model {model} --threads {threads}`, "
+            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_machine()}, load average (1 min) "
+            f"{min(loads):.1f}-{max(loads):.1f}; median of 7; in brackets, tokens per CPU second against 1 "
+            f"sequence.\n\n{head}\n{line}\n")
+    print(text)
+    if out:
+        with open(out, "a") as f:
+            f.write(text)
+
+
+def _threads_child(model: str, threads: int) -> None:
+    """(In a fresh process, so that OMP_WAIT_POLICY applies.) Median wall and CPU of decodes of 300, 8, 1 tokens."""
+    import llama_cpp
+
+    llama, ctx, batch, toks = _bare_context(model, threads, 1)  # (llama holds the weights)
+    mem = llama_cpp.llama_get_memory(ctx.ctx)
+    res = []
+    for n in (300, 8, 1):
+        runs = []
+        for _ in range(3):
+            llama_cpp.llama_memory_clear(mem, True)
+            runs.append(_decode_cpu(ctx, batch, [(t, i, 0, int(i == n - 1)) for i, t in enumerate(toks[:n])]))
+        res.append(f"{1000 * statistics.median(w for _, w in runs):.0f} ms")
+    del llama
+    print(" | ".join(res))
+
+
+def threads(model: str, rounds: int, out: Path | None) -> None:
+    import subprocess
+
+    rows, loads = [], [os.getloadavg()[0]]
+    settings = [("unset (libgomp spins, then sleeps)", 2), ("PASSIVE", 2), ("unset (libgomp spins, then sleeps)", 1),
+                ("PASSIVE", 1)]
+    for r in range(rounds):
+        for policy, n in settings:
+            env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+            env["OMP_WAIT_POLICY"] = "PASSIVE" if policy == "PASSIVE" else ""
+            got = subprocess.run([sys.executable, __file__, "_threads", "--model", model, "--threads", str(n)],
+                                 env=env, capture_output=True, text=True, check=True).stdout.strip()
+            loads.append(os.getloadavg()[0])
+            rows.append(f"| {r} | {policy} | {n} | {got} | {loads[-1]:.1f} |")
+            print(rows[-1], flush=True)
+    text = (f"\n`python benchmarks/local_batch.py threads --model {model} --rounds {rounds}`, "
+            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_machine()} (this process; each row's own is in "
+            f"its column), load average (1 min) {min(loads):.1f}-{max(loads):.1f}; wall time of one llama_decode, "
+            f"median of 3, each row a fresh process.\n\n| round | OMP_WAIT_POLICY | threads | 300 tokens | 8 tokens | "
+            f"1 token | load |\n|---:|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
+    print(text)
+    if out:
+        with open(out, "a") as f:
+            f.write(text)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["curve", "agree"])
+    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads"])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
     ap.add_argument("--workload", default="clinc", choices=["clinc", "unshared", "write"])
     ap.add_argument("--parallel", nargs="+", type=int, default=[1, 2, 4, 8, 12])
@@ -230,6 +343,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.mode == "curve":
         curve(args.model, args.workload, args.parallel, args.n, args.rounds, args.threads, args.out)
+    elif args.mode == "cost":
+        cost(args.model, args.threads, args.out)
+    elif args.mode == "threads":
+        threads(args.model, args.rounds, args.out)
+    elif args.mode == "_threads":
+        _threads_child(args.model, args.threads)
     else:
         agree(args.n, args.parallel[0] if len(args.parallel) == 1 else 8, args.threads, args.out)
 
