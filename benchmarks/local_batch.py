@@ -9,7 +9,8 @@
 The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
 customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
 is the same with a different first line in every system prompt (nothing to share: batching alone), `write` asks
-for a short reply to the message (up to 96 tokens out: decoding dominates).
+for a short reply to the message (up to 96 tokens out: decoding dominates), `long` is shaped like a reflection call
+(a long shared instruction, a long message of several customer messages, up to 160 tokens out).
 
 `curve` runs the same N calls, in rounds, with every setting in turn, so that the machine's load (2 shared cores)
 falls on all of them alike: `serial` is the backend as it was before batching (llama-cpp-python's
@@ -113,6 +114,17 @@ def prompts(workload: str, n: int) -> list[tuple[list[dict[str, str]], dict[str,
                                                  "the customer's message, in two or three sentences."},
                    *[m for m in msgs if m["role"] != "system"]], {**params, "max_tokens": 96})
                  for msgs, params in calls]
+    elif workload == "long":
+        task = load_task(TASK, seed=0)
+        pool = [str(e.inputs.get("message", e.inputs)) for e in task.trainset]
+        header = ("You improve the instruction of a step of a program that classifies banking customer messages. "
+                  "Read the current instruction, the messages it was run on, what it answered and the feedback. "
+                  "Then write lessons about the intents the step confuses, and a better instruction. " * 4)
+        calls = [([{"role": "system", "content": header},
+                   {"role": "user", "content": "Messages:\n" + "\n".join(pool[(7 * i + k) % len(pool)]
+                                                                            for k in range(12))
+                    + "\nWrite the lessons, then the new instruction."}], {"max_tokens": 160})
+                 for i in range(len(calls))]
     return calls
 
 
@@ -334,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads"])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--workload", default="clinc", choices=["clinc", "unshared", "write"])
+    ap.add_argument("--workload", default="clinc", choices=["clinc", "unshared", "write", "long"])
     ap.add_argument("--parallel", nargs="+", type=int, default=[1, 2, 4, 8, 12])
     ap.add_argument("--n", type=int, default=24, help="calls per round (curve) or examples (agree)")
     ap.add_argument("--rounds", type=int, default=2)

@@ -313,3 +313,20 @@ def test_an_lm_dropped_after_its_last_call_frees_its_model_safely():
     time.sleep(llama_batch.IDLE_EXIT + 1.0)
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+@needs_smollm
+@pytest.mark.real_model
+async def test_kept_prefixes_make_room_before_the_cache_is_full():
+    lm = LocalLM("smollm2-135m", n_ctx=512, parallel=2)
+    decoder = lm._load()
+    codes: list[int] = []
+    real = decoder._decode
+    decoder._decode = lambda plan: codes.append(real(plan)) or codes[-1]
+    for i in range(6):  # six system prompts of ~140 tokens: together more than the 512 cells
+        system = f"Rule set {i}: " + "Answer in one short word, politely. " * 15
+        out = await lm.complete(ask("Say yes.", system), temperature=0.0, max_tokens=4)
+        assert out.usage.input_tokens > 120
+    assert decoder._kept and set(codes) == {0}  # the oldest kept prompts went before a decode could fail
+    assert decoder._cells_used() <= 512
+    lm.close()

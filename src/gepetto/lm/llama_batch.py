@@ -24,7 +24,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import count
+from itertools import count, pairwise
 from typing import Any
 
 from gepetto.lm.base import LMError
@@ -241,6 +241,7 @@ class BatchDecoder:
         if not self._active:
             return
         plan = self._plan()
+        self._fit(sum(len(toks) for _, toks, _ in plan))
         while plan:
             ret = self._decode(plan)
             if ret == 0:
@@ -293,6 +294,18 @@ class BatchDecoder:
                 i += 1
         b.n_tokens = i
         return int(self._lib.llama_decode(self._ctx.ctx, b))
+
+    def _cells_used(self) -> int:
+        """The cells the sequences hold, counting a shared prefix once (the size of the trie of their tokens)."""
+        held = sorted(tuple(s.tokens) for s in (*self._active, *self._kept) if s.tokens)
+        return sum(map(len, held)) - sum(_common(a, b) for a, b in pairwise(held))
+
+    def _fit(self, n: int) -> None:
+        """Drop kept prefixes, least recently used first, until `n` more cells fit in the cache."""
+        if sum(len(s.tokens) for s in (*self._active, *self._kept)) + n <= self.n_ctx:
+            return  # fits even if nothing were shared
+        while self._kept and self._cells_used() + n > self.n_ctx:
+            self._drop(min(self._kept, key=lambda s: s.used))
 
     def _make_room(self, plan: list[tuple[_Seq, list[int], int]]) -> bool:
         """After a decode found no room in the cache: free some (a kept prefix; else put the newest prompt back in
