@@ -22,6 +22,8 @@ TASKS: dict[str, str] = {
     "clinc-banking8": "gepetto.tasks.intents",
     "clinc-kitchen": "gepetto.tasks.intents",
     "clinc-work-oos": "gepetto.tasks.intents",
+    "clinc-home": "gepetto.tasks.intents",  # locked-only: scored once, on the locked test split
+    "clinc-auto": "gepetto.tasks.intents",
     "snips-restaurant": "gepetto.tasks.slots",
     "snips-weather": "gepetto.tasks.slots",
     "sim": "gepetto.testing.sim",  # simulated, known optimum: for tests, benchmarks and trying the CLI without models
@@ -37,6 +39,8 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     "clinc-banking8": {"domain": "banking", "oos": False, "subset": "banking8"},
     "clinc-kitchen": {"domain": "kitchen_and_dining", "oos": False},
     "clinc-work-oos": {"domain": "work", "oos": True},
+    "clinc-home": {"domain": "home", "oos": False},
+    "clinc-auto": {"domain": "auto_and_commute", "oos": False},
     "snips-restaurant": {"intent": "BookRestaurant"},
     "snips-weather": {"intent": "GetWeather"},
 }
