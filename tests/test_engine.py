@@ -311,7 +311,7 @@ def test_state_keeps_each_candidates_mean_once():
     from gepetto.engine.state import CandidateRecord, RunState
 
     state = RunState(["x", "y", "z"], budget=100)
-    for i, scores in enumerate([(0.1, 0.2, 0.7), (1.0, 0.0, 0.3), (0.3, 0.3, 0.3)]):
+    for i, scores in enumerate([(0.1, 0.2, 0.7), (1.0, 0.3, 0.8), (0.3, 0.3, 0.3)]):
         state.add_record(CandidateRecord(i, Candidate(a=str(i)), (), "seed", 0, None,
                                          dict(zip("xyz", scores, strict=True)), 0))
     assert state.means == [r.mean for r in state.records] and state.best() is state.records[1]

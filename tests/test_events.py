@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import gepetto
 from gepetto import events as ev
-from gepetto.engine.pareto import ParetoArchive, best_index
+from gepetto.engine.pareto import ParetoArchive, best_index, evidence
 from gepetto.events import Outcome, StopReason
 from gepetto.lm.base import LMUnavailable
 from gepetto.report import render_report
@@ -86,7 +86,7 @@ def test_each_event_kind_keeps_its_short_name():
     kinds = {cls.kind for cls in vars(ev).values()
              if isinstance(cls, type) and issubclass(cls, ev.Event) and cls is not ev.Event}
     assert kinds == {"plan", "phase", "rollout", "reflection", "reflection_error", "proposal", "merge", "candidate",
-                     "lm_unavailable", "iteration", "done", "cut"}
+                     "lm_unavailable", "iteration", "done", "cut", "route"}
 
 
 def test_secrets_are_redacted_before_a_callback_sees_them(monkeypatch):
@@ -260,7 +260,9 @@ def test_the_archive_uses_the_same_rule():
     rows = [[rng.choice([0.0, 0.5, 1.0]) for _ in range(4)] for _ in range(30)]
     for row in rows:
         archive.add(row)
-        assert archive.best() == best_index([sum(r) / 4 for r in rows[: archive._n]])
+        seen = rows[: archive._n]
+        as_stored = [{f"e{i}": x for i, x in enumerate(r)} for r in seen]
+        assert archive.best() == best_index([sum(r) / 4 for r in seen], evidence(as_stored))
 
 
 def test_engine_result_snapshot_and_report_agree_on_the_best(tmp_path):

@@ -461,7 +461,7 @@ def test_max_cost_usd_without_prices_is_refused():
 
 # ---- the strategies by name: config files, CLI, stored runs --------------------------------------------------
 def test_strategy_names_are_checked_and_objects_need_python():
-    with pytest.raises(ConfigError, match="parent_selector: Input should be 'pareto', 'current-best' or "
+    with pytest.raises(ConfigError, match="parent_selector: Input should be 'auto', 'pareto', 'current-best' or "
                                           "'epsilon-greedy'"):
         EngineConfig(parent_selector="best")
     with pytest.raises(ConfigError, match=r"stands for a strategy object given to gepetto\.optimize"):
@@ -481,7 +481,7 @@ def test_the_cli_takes_the_strategies_by_name(tmp_path, monkeypatch):
     assert (config["parent_selector"], config["epsilon"], config["component_selector"]) == \
         ("epsilon-greedy", 0.3, "all")
     shown = CliRunner().invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"}).output
-    assert "One of: pareto, current-best, epsilon-greedy" in shown
+    assert "One of: auto, pareto," in shown and "current-best, epsilon-greedy" in shown
 
 
 def test_a_stored_python_run_names_its_strategy_objects_and_refuses_others(tmp_path):

@@ -28,7 +28,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from gepetto.config import RUN, TASK, ConfigError, RunConfig, load_config
-from gepetto.engine.pareto import best_index
+from gepetto.engine.pareto import best_index, evidence
 from gepetto.progress import ProgressDisplay
 from gepetto.runner import DEFAULT_STORAGE, start_or_resume
 from gepetto.secrets import redact
@@ -253,8 +253,9 @@ def _run_row(store: Any, info: Any) -> tuple[dict[str, Any], float | None, float
     res = info.result or {}
     best = res.get("best_score")
     if best is None:
-        means = [c["mean"] for c in store.candidates(info.name)]
-        i = best_index(means)
+        cands = store.candidates(info.name)
+        means = [c["mean"] for c in cands]
+        i = best_index(means, evidence([c["val_scores"] for c in cands]))
         best = None if i is None else means[i]
     ledger = res.get("ledger") or store.ledger(info.name)
     cost = sum(u.get("cost", 0.0) for u in ledger.values())

@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from gepetto.engine.executors import EXECUTORS, Executor
 
 Accept = Literal["strict", "non_decreasing", "paired"]
-ProposerName = Literal["edit", "rewrite"]
+ProposerName = Literal["auto", "edit", "rewrite"]
+AUTO = "auto"  # a strategy the run's route chooses (engine/route.py)
 CacheMode = Literal["auto", "always", "off"]
 ExecutorName = Literal["local", "ray"]  # the names of engine/executors.py's EXECUTORS
 TrackingName = Literal["mlflow"]  # experiment trackers (gepetto.tracking)
@@ -55,10 +56,10 @@ def implicit_defaults() -> dict[str, Any]:
 # the swappable strategies of the loop (engine/strategies.py): option -> its built-in names (the first is the
 # default); each option also takes an object given to gepetto.optimize(), stored as python:MODULE:QUALNAME
 STRATEGIES: dict[str, tuple[str, ...]] = {
-    "parent_selector": ("pareto", "current-best", "epsilon-greedy"),
+    "parent_selector": ("auto", "pareto", "current-best", "epsilon-greedy"),
     "component_selector": ("round-robin", "all"),
     "minibatch_sampler": ("epoch-shuffled",),
-    "proposer": ("rewrite", "edit"),
+    "proposer": ("auto", "rewrite", "edit"),
     "accept": ("strict", "non_decreasing", "paired"),
 }
 
@@ -144,9 +145,10 @@ class EngineConfig(_Options):
                                 "place; 0: off.", SEARCH, ge=0)
     # the strategies (engine/strategies.py, docs/strategies.md): a built-in name, or python:MODULE:QUALNAME for an
     # object given to gepetto.optimize()
-    parent_selector: str = _field("pareto", "How the parent of a proposal is chosen: pareto (in proportion to the "
-                                  "examples it is best on), current-best, epsilon-greedy (current-best, or with "
-                                  "probability epsilon any candidate).", SEARCH, choices=STRATEGIES["parent_selector"])
+    parent_selector: str = _field("auto", "How the parent of a proposal is chosen: auto (the run's route: current-best "
+                                  "on the labels route, else pareto), pareto (in proportion to the examples it is "
+                                  "best on), current-best, epsilon-greedy (current-best, or with probability epsilon "
+                                  "any candidate).", SEARCH, choices=STRATEGIES["parent_selector"])
     epsilon: float = _field(0.1, "epsilon-greedy: probability of a random parent.", SEARCH, ge=0, le=1)
     component_selector: str = _field("round-robin", "Which components a proposal changes: round-robin (one, "
                                      "each parent in turn) or all.", SEARCH, choices=STRATEGIES["component_selector"])
@@ -180,9 +182,12 @@ class EngineConfig(_Options):
         None, "What kind of text a component is (YAML mapping component: description); a described component "
         "is an artifact, rewritten whole and kept verbatim.", SEARCH)
     # proposing: "rewrite" is the paper's full rewrite of the component from a minibatch (engine/reflect.py);
-    # "edit" proposes one rule for one frequent mistake, gated on failures and solved cases (engine/edits.py)
-    proposer: str = _field("rewrite", "How children are proposed: rewrite (a whole new text) or edit (one "
-                           "rule per proposal).", REFLECTION, choices=STRATEGIES["proposer"])
+    # "edit" proposes one rule for one frequent mistake, gated on failures and solved cases (engine/edits.py);
+    # "auto" takes the run's route, chosen from the examples and the seed's first rollouts (engine/route.py)
+    proposer: str = _field("auto", "How children are proposed: auto (chosen from the seed's first rollouts: edit "
+                           "with a first draft of rules when the answers are a closed set of labels, else "
+                           "rewrite), rewrite (a whole new text) or edit (one rule per proposal).", REFLECTION,
+                           choices=STRATEGIES["proposer"])
     reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried).",
                                       REFLECTION, ge=1)
     # None: each kind of request has its own schedule (REWRITE_TEMPERATURES, RULE_TEMPERATURES)
@@ -200,11 +205,13 @@ class EngineConfig(_Options):
     gate_solved: int = _field(3, "Solved examples added to a child's test, so rules that break them fail.",
                               EDIT, ge=0)
     rule_max_tokens: int = _field(90, "Longest rule answer (tokens).", EDIT, ge=1)
-    edit_rules: int = _field(1, "Rules per edit proposal, each for another failure pattern; the child is tested on "
-                             "every pattern's failures and on solved cases, and validated once for all.", EDIT, ge=1)
-    definitions: int = _field(0, "Edit proposer: the run's first proposal on a component runs the parent on up to "
-                              "this many training examples and drafts one rule per right answer seen there (from up "
-                              "to 4 of its inputs), all in one child; 0: off.", EDIT, ge=0)
+    edit_rules: int | None = _field(None, "Rules per edit proposal, each for another failure pattern; the child is "
+                                    "tested on every pattern's failures and on solved cases, and validated once for "
+                                    "all. Default: 3 on the labels route, else 1.", EDIT, ge=1)
+    definitions: int | None = _field(None, "Edit proposer: the run's first proposal on a component runs the parent on "
+                                     "up to this many training examples and drafts one rule per right answer seen "
+                                     "there (from up to 4 of its inputs), all in one child; 0: off. Default: 60 on the "
+                                     "labels route, else 0.", EDIT, ge=0)
     # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text
     # on by default (FEWSHOT) with the built-in proposers: level with or above no demonstrations on the demo and 3 of
     # 4 CLINC tasks, in fewer rollouts and less wall time (benchmarks/results/efficiency_demo.md); a proposer of

@@ -197,6 +197,21 @@ class PlanMade(Event):
 
 
 @dataclass(frozen=True)
+class RouteChosen(Event):
+    """After the seed's validation, an "auto" run chose its route (engine/route.py): its name, why, and the
+    options it set (those the run left to it)."""
+
+    kind: ClassVar[str] = "route"
+    name: str
+    reason: str
+    settings: dict[str, Any]
+
+    def describe(self) -> str:
+        set_ = ", ".join(f"{k}={v}" for k, v in self.settings.items())
+        return f"route {self.name}: {self.reason}" + (f" ({set_})" if set_ else "")
+
+
+@dataclass(frozen=True)
 class PhaseStarted(Event):
     """A step of a proposal begins: the parent's minibatch, a reflection, or a validation."""
 
@@ -342,6 +357,6 @@ def as_callbacks(callbacks: Callbacks) -> list[Callback]:
 
 __all__ = [
     "Callback", "CandidateAdded", "Event", "IterationEnded", "LMFailed", "MergeTested", "Outcome", "PhaseStarted",
-    "PlanMade", "ProposalTested", "ReflectionAnswered", "ReflectionFailed", "RolloutFinished", "RunEnded", "Stop",
-    "StopReason", "ValidationCut", "as_callbacks",
+    "PlanMade", "ProposalTested", "ReflectionAnswered", "ReflectionFailed", "RolloutFinished", "RouteChosen",
+    "RunEnded", "Stop", "StopReason", "ValidationCut", "as_callbacks",
 ]

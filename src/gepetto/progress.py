@@ -65,8 +65,10 @@ class ProgressDisplay:
         match event:
             case ev.PlanMade(plan=plan):
                 self._print((_data(event.text), "dim"))
-                if self._progress is not None:
+                if self._progress is not None and self._task is None:
                     self._task = self._progress.add_task("run", total=plan.budget, **self._fields)
+            case ev.RouteChosen():
+                self._print((_data(event.describe()), "dim"))
             case ev.RolloutFinished(used=used):
                 self._update(completed=used)
             case ev.PhaseStarted(phase=phase):

@@ -312,6 +312,8 @@ def open_run(
                 store.add_event(name, event.kind, {"session": session, **data})
             case ev.PlanMade():
                 store.add_event(name, event.kind, {"session": session, "text": event.text})
+            case ev.RouteChosen():
+                store.add_event(name, event.kind, {"session": session, "text": event.describe(), **event.to_dict()})
 
     # built (and its inputs checked) before the store is written: a refused start leaves no run behind
     engine = build_engine(

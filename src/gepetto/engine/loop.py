@@ -14,6 +14,7 @@ import asyncio
 import copy
 import random
 import time
+import warnings
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,8 +23,8 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from gepetto import events as ev
-from gepetto.config import ConfigError, EngineConfig
-from gepetto.engine import racing, stopping
+from gepetto.config import AUTO, ConfigError, EngineConfig
+from gepetto.engine import answers, racing, route, stopping
 from gepetto.engine.executors import Executor, make_executor
 from gepetto.engine.merge import find_merge, merge_chance
 from gepetto.engine.pareto import best_index
@@ -74,7 +75,7 @@ class Result:
 
     @property
     def best_index(self) -> int:
-        return best_index([c.mean for c in self.candidates]) or 0
+        return best_index([c.mean for c in self.candidates], [c.evident for c in self.candidates]) or 0
 
     def summary(self) -> str:
         t = self.ledger.total()
@@ -157,7 +158,14 @@ class Engine:
     ) -> None:
         cfg = config or EngineConfig()
         _check_inputs(seed_candidate, trainset, valset, cfg)
-        self.config = cfg = _fewshot_set(cfg, trainset, valset)
+        cfg = _fewshot_set(cfg, trainset, valset)
+        # "auto" strategies follow the route the seed's validation shows (`_settle_route`); a proposer given
+        # explicitly settles the options left to the route as they were before routes existed
+        self._routed = cfg.proposer == AUTO and (strategies or {}).get("proposer") is None
+        if not self._routed:
+            cfg = route.settle(cfg, route.GIVEN)[0]
+        self.config = cfg
+        self._given_strategies = dict(strategies or {})
         self.program, self.metric, self.seed = program, metric, seed_candidate
         self.trainset, self.valset = list(trainset), list(valset)
         self.components = list(cfg.components or seed_candidate.keys())
@@ -171,10 +179,8 @@ class Engine:
         self.executor: Executor = make_executor(cfg.executor, cfg)
         self.strategies = Strategies.resolve(cfg, strategies)
         self.stop_conditions = [*stopping.from_config(cfg, len(self.trainset)), *stopping.as_conditions(stop)]
-        child_test = getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size
-        retests = 2 * child_test * getattr(self.strategies.accept, "retests", 0)
-        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size + cfg.seek_failures,
-                                            child_test, retests)
+        self.plan: BudgetPlan = self._budget_plan()
+        self.route: route.Route | None = None  # settled after the seed's validation
         self._stop: Stop | None = None
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -212,6 +218,8 @@ class Engine:
         self._emit(ev.PlanMade(self.plan))
         try:
             await self._guarded(self._add_candidate(self.seed, (), "seed", None))
+            if self._stop is None:
+                self._settle_route()
             while self._stop is None:
                 self._stop = self._check_stop(conditions)
                 if self._stop:
@@ -230,6 +238,32 @@ class Engine:
         result = self._result(self._stop or Stop(StopReason.STOP_REQUESTED), time.monotonic() - self._t0)
         self._emit(ev.RunEnded(result))
         return result
+
+    def _budget_plan(self) -> BudgetPlan:
+        cfg = self.config
+        child_test = getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size
+        retests = 2 * child_test * getattr(self.strategies.accept, "retests", 0)
+        return plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size + cfg.seek_failures, child_test, retests)
+
+    def _settle_route(self) -> None:
+        """What the seed's validation shows of the answers (`state.answers`, `state.answering`), the route of an
+        "auto" run and the strategies it names, then the budget plan."""
+        st, cfg = self.state, self.config
+        runs = [r for e in self.valset if (r := st.known(self.seed, e.id)) is not None]
+        st.answers = answers.from_golds(self.trainset, self.valset) or answers.from_outputs(runs, cfg.perfect_score)
+        st.answering = route.answering(self.components, runs) if st.answers is not None else ()
+        if self._routed:
+            chosen = route.choose(st.answers, st.answering, runs, one_component=cfg.component_selector != "all")
+            self.config, self.route = route.settle(cfg, chosen)
+            self.strategies = Strategies.resolve(self.config, self._given_strategies)
+            self._emit(ev.RouteChosen(self.route.name, self.route.reason, dict(self.route.settings)))
+            plan, self.plan = self.plan, self._budget_plan()
+            if self.plan != plan:  # the route's proposer tests its children on more examples
+                self._emit(ev.PlanMade(self.plan))
+        idle = route.idle_options(self.config)
+        if idle:
+            warnings.warn(f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with the rewrite "
+                          "proposer (they set the edit proposer's rules)", RuntimeWarning, stacklevel=2)
 
     def _emit(self, event: ev.Event) -> None:
         for callback in self.callbacks:

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from gepetto import events as ev
 from gepetto.config import REWRITE_TEMPERATURES, RULE_TEMPERATURES, EngineConfig
 from gepetto.engine import demos, edits
+from gepetto.engine.answers import Diagnosis
 from gepetto.engine.reflect import (
     CLOSE_TAG,
     ReflectionExample,
@@ -121,6 +122,11 @@ def as_proposal(answer: Proposal | Mapping[str, str] | None, request: ProposalRe
         raise ValueError(f"the proposer returned texts for {unknown or list(proposal.texts)}: give strings for "
                          f"components of the candidate ({list(request.parent)})")
     return proposal if proposal.texts else None
+
+
+def diagnose(request: ProposalRequest) -> Diagnosis:
+    """How this proposal reads its training rollouts' failures (engine/answers.py)."""
+    return Diagnosis(request.state.answers, {e.id: e for e in request.trainset})
 
 
 def parts(cfg: EngineConfig, text: str) -> tuple[str, list[demos.Demo]]:
@@ -234,27 +240,31 @@ class Edit:
 
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
-        self.per_focus = -(-cfg.minibatch_size // cfg.edit_rules)  # failures of each rule's pattern in the test
-        self.test_size = max(cfg.minibatch_size, self.per_focus * cfg.edit_rules) + cfg.gate_solved
+        self.rules, self.definitions = cfg.edit_rules or 1, cfg.definitions or 0  # (None: settled by the route)
+        self.per_focus = -(-cfg.minibatch_size // self.rules)  # failures of each rule's pattern in the test
+        self.test_size = max(cfg.minibatch_size, self.per_focus * self.rules) + cfg.gate_solved
         self.whole = Rewrite()
         self.walker = EpochShuffled(cfg.minibatch_size, cfg.seed, cfg.perfect_score)
 
-    def _edits(self, components: Sequence[str]) -> bool:
-        """Whether the proposal is an edit (a rule line appended): only to an instruction, never to an artifact."""
+    def _edits(self, state: RunState, components: Sequence[str]) -> bool:
+        """Whether the proposal is an edit (a rule line appended): only to an instruction, never to an artifact,
+        and, when the task has a closed answer set, only to a component whose answers are the program's."""
         if len(components) != 1:
             raise ValueError("the edit proposer changes one component per proposal: use component_selector "
                              "'round-robin' with it")
-        return not (self.cfg.component_descriptions or {}).get(components[0])
+        if (self.cfg.component_descriptions or {}).get(components[0]):
+            return False
+        return state.answers is None or not state.answering or components[0] in state.answering
 
     def _undrafted(self, state: RunState, components: Sequence[str]) -> bool:
         """Whether no proposal on `components` has been planned to make the first draft of the rules yet."""
-        return bool(self.cfg.definitions) and self._edits(components) and (
+        return bool(self.definitions) and self._edits(state, components) and (
             components[0] not in state.memory.get(DRAFTED, {}))
 
     def drafts(self, request: ProposalRequest) -> bool:
         """Whether this proposal makes the first draft of the rules (`definitions`): the first one planned on its
         component (chosen when planned, so the proposals of a round never race for it)."""
-        return self._edits(request.components) and (
+        return self._edits(request.state, request.components) and (
             request.state.memory.get(DRAFTED, {}).get(request.components[0]) == request.iteration)
 
     def minibatch(self, state: RunState, parent: Candidate, components: Sequence[str], trainset: Sequence[Example]
@@ -263,7 +273,7 @@ class Edit:
         parent has fewer than `evidence_size` known training rollouts, or than `definitions` before the first
         draft (None for an artifact: the sampler's)."""
         cfg = self.cfg
-        if not self._edits(components):
+        if not self._edits(state, components):
             return None
         n = len(trainset)
         known = sum(state.known(parent, e.id) is not None for e in trainset)
@@ -272,7 +282,7 @@ class Edit:
         # tail takes the draft with it
         if self._undrafted(state, components):
             state.memory.setdefault(DRAFTED, {})[components[0]] = state.iteration
-            evidence = max(evidence, cfg.definitions)
+            evidence = max(evidence, self.definitions)
         want = min(max(cfg.minibatch_size, evidence - known), n - known)
         chosen: list[Example] = []
         for _ in range(n):
@@ -285,7 +295,7 @@ class Edit:
 
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
-        if not self._edits(request.components):
+        if not self._edits(st, request.components):
             return await self.whole.propose(request)
         (component,) = request.components
         if self.drafts(request):
@@ -297,7 +307,8 @@ class Edit:
         # round on (`request.later`: a proposal running beside this one on the same parent does not see them)
         skipped: dict[tuple[str, str], set[str]] = st.memory.setdefault("edit.unanswered", {})
         unanswered, refused = skipped.setdefault((parent.id, component), set()), set()
-        patterns = sorted({edits.pattern_of(r) for r in evidence if r.score.value < cfg.perfect_score})
+        diagnosis = diagnose(request)
+        patterns = sorted({edits.pattern_of(r, diagnosis) for r in evidence if r.score.value < cfg.perfect_score})
         known: list[Rollout] = []  # every candidate's paid training rollouts (the parent's first), read once
         if any(edits.expected_answer(p) for p in patterns):
             train_ids = {e.id for e in request.trainset}
@@ -305,13 +316,13 @@ class Edit:
         instruction, kept = parts(cfg, parent[component])
         text = instruction
         asked: list[tuple[edits.Focus, str]] = []  # (focus, rule) of each rule in the child
-        for _ in range(cfg.edit_rules):  # each rule for another pattern, and another right answer
+        for _ in range(self.rules):  # each rule for another pattern, and another right answer
             chosen = {f.pattern for f, _ in asked}
             answers = {edits.expected_answer(p) for p in chosen} - {""}
             skip = [p for p in patterns if p in chosen or p in unanswered or p in refused
                     or edits.expected_answer(p) in answers]
             focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
-                                       max_contrast=cfg.gate_solved, skip=skip)
+                                       max_contrast=cfg.gate_solved, skip=skip, diagnosis=diagnosis)
             if focus is None:
                 if not asked:
                     request.count(Outcome.NO_OPEN_MISTAKE)
@@ -319,7 +330,8 @@ class Edit:
             answer = edits.expected_answer(focus.pattern)
             if answer:  # other inputs with that right answer: no rollout to pay
                 focus = replace(focus, positives=edits.positives(
-                    known, answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng))
+                    known, answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng,
+                    diagnosis=diagnosis))
             rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
             if rule is None:
                 refused.add(focus.pattern)
@@ -354,17 +366,20 @@ class Edit:
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         by_id = {e.id: e for e in request.trainset}
         known = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in by_id]
-        confusions = [edits.pattern_of(r) for r in known if r.score.value < cfg.perfect_score]
+        diagnosis = diagnose(request)
+        confusions = [edits.pattern_of(r, diagnosis) for r in known if r.score.value < cfg.perfect_score]
         answers = sorted({a for p in confusions for a in (edits.expected_answer(p), edits.wrong_answer(p))} - {""})
+        if st.answers is not None:  # the set's own spelling; a wrong answer outside the set gets no rule
+            answers = sorted({st.answers.match(a) for a in answers} - {""})
         current, kept = parts(cfg, parent[component])
         text, written = current, {}
         for answer in answers:
-            inputs = edits.positives(known, answer, set(), cfg.perfect_score, rng)
+            inputs = edits.positives(known, answer, set(), cfg.perfect_score, rng, diagnosis=diagnosis)
             if len(inputs) < 2:  # one input says little of what the answer's inputs have in common
                 continue
             shown = [edits.shown(r, component, 300, by_id.get(r.example_id)) for r in inputs]
             messages = edits.build_definition_prompt(current, answer, [ex.inputs for ex in shown])
-            rule = await self._vetted(request, messages, current, shown, answer=answer)
+            rule = await self._vetted(request, messages, current, shown, answer=answer, others=answers)
             if rule is not None:
                 text = edits.apply_rule(text, rule, answer)
                 written[answer] = rule
@@ -375,14 +390,15 @@ class Edit:
                         "first draft of the rules")
 
     async def _vetted(self, request: ProposalRequest, messages: list[Message], current: str,
-                      shown: list[ReflectionExample], *, answer: str) -> str | None:
-        """A drafted rule for `answer`, vetted like an edit's rule. Its wording is checked against the parent's rule
-        lines only, not against the other answers of the draft: a line for every answer helps more than precise
-        ones (benchmarks/draft_probe.py: a kitchen draft scored 0.540 on test with a loose line for
-        accept_reservations, 0.507 without it)."""
+                      shown: list[ReflectionExample], *, answer: str, others: Sequence[str]) -> str | None:
+        """A drafted rule for `answer`, vetted like an edit's rule. Its wording as a whole is checked against the
+        parent's rule lines only (a loose line for every answer helps more than none: benchmarks/draft_probe.py);
+        each condition it joins with "or" also against the draft's `others` answers, so that one line does not
+        send two kinds of request to one answer."""
         request.emit(ev.PhaseStarted("reflection"))
         return await self._ask(request, messages,
-                               lambda out: edits.vet_rule(out.text, out.finish_reason, current, shown, answer=answer),
+                               lambda out: edits.vet_rule(out.text, out.finish_reason, current, shown, answer=answer,
+                                                          split_against=others),
                                lambda why: edits.retry_hint(why, "", answer=answer))
 
     async def _ask_rule(self, request: ProposalRequest, component: str, focus: edits.Focus, tried_rules: list[str]
@@ -514,7 +530,7 @@ class FewShot:
             return None
         evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
         focus = edits.choose_focus(evidence, cfg.perfect_score, {}, rng, max_failures=cfg.minibatch_size,
-                                   max_contrast=cfg.gate_solved)
+                                   max_contrast=cfg.gate_solved, diagnosis=diagnose(request))
         if focus is None:
             return None
         gate_ids = edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size, cfg.gate_solved, rng)

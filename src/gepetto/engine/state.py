@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from gepetto.engine.answers import AnswerSet
 from gepetto.engine.pareto import ParetoArchive
 from gepetto.ledger import Ledger
 from gepetto.program import Rollout
@@ -24,6 +25,8 @@ class CandidateRecord:
     component: str | None  # the component reflection rewrote (None for seed and merge)
     val_scores: dict[str, float]
     rollouts_at_creation: int
+    evident: bool = True  # it beats the seed on evidence (pareto.beats), so it may be the best
+
 
     @property
     def mean(self) -> float:
@@ -34,7 +37,7 @@ class CandidateRecord:
             "index": self.index, "id": self.candidate.id, "texts": self.candidate.to_dict(),
             "parents": list(self.parents), "origin": self.origin, "iteration": self.iteration,
             "component": self.component, "val_scores": self.val_scores, "mean": self.mean,
-            "rollouts_at_creation": self.rollouts_at_creation,
+            "rollouts_at_creation": self.rollouts_at_creation, "evident": self.evident,
         }
 
 
@@ -93,6 +96,10 @@ class RunState:
     memory: dict[str, Any] = field(default_factory=dict)
     ledger: Ledger = field(default_factory=Ledger)
     means: list[float] = field(default_factory=list)  # records[i].mean, computed once per record
+    # what the seed's validation showed of the task's answers (engine/answers.py, engine/route.py): the closed
+    # answer set, if any, and the components whose answers are the program's
+    answers: AnswerSet | None = None
+    answering: tuple[str, ...] = ()
     archive: ParetoArchive = field(init=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +118,7 @@ class RunState:
     def add_record(self, record: CandidateRecord) -> None:
         row = [record.val_scores[i] for i in self.val_ids]
         record.index = self.archive.add(row)
+        record.evident = self.archive.evident[record.index]
         self.records.append(record)
         self.means.append(record.mean)
         best = self.means[self.archive.best()]

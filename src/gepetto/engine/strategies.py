@@ -3,11 +3,11 @@
 Each decision is a small Protocol with built-in implementations, named by a string in `EngineConfig` (the first is
 the default, the paper's GEPA) or given as an object to `gepetto.optimize(...)`:
 
-    parent_selector     "pareto" | "current-best" | "epsilon-greedy"     (ParentSelector)
+    parent_selector     "auto" | "pareto" | "current-best" | "epsilon-greedy"     (ParentSelector)
     component_selector  "round-robin" | "all"                           (ComponentSelector)
     minibatch_sampler   "epoch-shuffled"                                (MinibatchSampler)
     accept              "strict" | "non_decreasing" | "paired"          (Acceptance)
-    proposer            "rewrite" | "edit"                              (engine/proposers.py)
+    proposer            "auto" | "rewrite" | "edit"                     (engine/proposers.py)
     stop conditions     (engine/stopping.py)
 
 The contract every strategy keeps, so that a stored run resumes exactly: a resumed run replays every decision
@@ -94,22 +94,23 @@ class Pareto:
 
 
 class CurrentBest:
-    """Always the best candidate (`best_index`: the highest mean, the earliest of ties). Draws nothing."""
+    """Always the leader: the highest mean, the earliest of ties (`ParetoArchive.leader`; the candidate a run
+    returns must also beat the seed on evidence). Draws nothing."""
 
     def __call__(self, state: RunState, rng: random.Random) -> int:
-        return state.archive.best()
+        return state.archive.leader()
 
 
 @dataclass(frozen=True)
 class EpsilonGreedy:
-    """The best candidate, or with probability `epsilon` any candidate of the pool (uniformly)."""
+    """The leader (as CurrentBest), or with probability `epsilon` any candidate of the pool (uniformly)."""
 
     epsilon: float = 0.1
 
     def __call__(self, state: RunState, rng: random.Random) -> int:
         if rng.random() < self.epsilon:
             return rng.randrange(len(state.records))
-        return state.archive.best()
+        return state.archive.leader()
 
 
 # ---- component selection -------------------------------------------------------------------------------------
@@ -230,12 +231,14 @@ def _proposer(name: str) -> Callable[[EngineConfig], Any]:
 
 
 BUILTINS: dict[str, dict[str, Callable[[EngineConfig], Any]]] = {
-    "parent_selector": {"pareto": lambda cfg: Pareto(), "current-best": lambda cfg: CurrentBest(),
+    # "auto" stands for the route's choice (engine/route.py); until the route is settled, the paper's
+    "parent_selector": {"auto": lambda cfg: Pareto(), "pareto": lambda cfg: Pareto(),
+                        "current-best": lambda cfg: CurrentBest(),
                         "epsilon-greedy": lambda cfg: EpsilonGreedy(cfg.epsilon)},
     "component_selector": {"round-robin": lambda cfg: RoundRobin(), "all": lambda cfg: AllComponents()},
     "minibatch_sampler": {"epoch-shuffled": lambda cfg: EpochShuffled(cfg.minibatch_size, cfg.seed,
                                                                       cfg.perfect_score)},
-    "proposer": {"rewrite": _proposer("rewrite"), "edit": _proposer("edit")},
+    "proposer": {"auto": _proposer("rewrite"), "rewrite": _proposer("rewrite"), "edit": _proposer("edit")},
     "accept": {"strict": lambda cfg: strict, "non_decreasing": lambda cfg: non_decreasing,
                "paired": lambda cfg: Paired(cfg.accept_tolerance)},
 }

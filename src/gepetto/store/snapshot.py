@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gepetto.engine.pareto import ParetoArchive, best_index
+from gepetto.engine.pareto import ParetoArchive, best_index, evidence
 from gepetto.events import StopReason
 from gepetto.store.sqlite import RunStore
 
@@ -39,7 +39,7 @@ def _with_stop(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _best(cands: list[dict]) -> dict | None:
-    i = best_index([c["mean"] for c in cands])
+    i = best_index([c["mean"] for c in cands], evidence([c["val_scores"] for c in cands]))
     return None if i is None else cands[i]
 
 
@@ -49,9 +49,9 @@ def _partial_result(store: RunStore, name: str, cands: list[dict], config: dict)
     history: list[list[float]] = []
     for c in cands:
         archive.add([c["val_scores"][i] for i in val_ids])
-        best = max(x["mean"] for x in cands[: c["index"] + 1])
-        if not history or history[-1][1] != best:
-            history.append([c["rollouts_at_creation"], best])
+        top = float(archive.means()[archive.best()])
+        if not history or history[-1][1] != top:
+            history.append([c["rollouts_at_creation"], top])
     best = _best(cands)
     return {
         "best_candidate": best["texts"] if best else {}, "best_score": best["mean"] if best else None,
