@@ -15,12 +15,13 @@ from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from gepetto.engine.executors import EXECUTORS, Executor
+from gepetto.program import Executor
 
 Accept = Literal["strict", "non_decreasing", "paired"]
 ProposerName = Literal["edit", "rewrite"]
 CacheMode = Literal["auto", "always", "off"]
 ExecutorName = Literal["local", "ray"]  # the names of engine/executors.py's EXECUTORS
+EXECUTOR_NAMES: tuple[str, ...] = get_args(ExecutorName)
 TrackingName = Literal["mlflow"]  # experiment trackers (gepetto.tracking)
 DEFAULT_TASK_LM = "local:qwen2.5-coder-0.5b"  # the embedded default (docs/lm.md)
 DEFAULT_REFLECTION_LM = "local:qwen2.5-coder-1.5b"
@@ -266,13 +267,13 @@ class EngineConfig(_Options):
     @classmethod
     def _known_executor(cls, v: Any) -> Any:
         if isinstance(v, str):
-            if v not in EXECUTORS:
-                raise ValueError(f"unknown executor {v!r}; accepted: {', '.join(EXECUTORS)}")
+            if v not in EXECUTOR_NAMES:
+                raise ValueError(f"unknown executor {v!r}; accepted: {', '.join(EXECUTOR_NAMES)}")
         elif not cls._executor_objects:
-            raise ValueError(f"a stored run takes an executor by name ({', '.join(EXECUTORS)}), not an object "
+            raise ValueError(f"a stored run takes an executor by name ({', '.join(EXECUTOR_NAMES)}), not an object "
                              f"({type(v).__name__}): run without storage= to use it")
         elif not isinstance(v, Executor):
-            raise ValueError(f"one of {', '.join(EXECUTORS)} or an Executor object (async run(...) and aclose()), "
+            raise ValueError(f"one of {', '.join(EXECUTOR_NAMES)} or an Executor object (async run(...) and aclose()), "
                              f"got {type(v).__name__}")
         return v
 
