@@ -61,9 +61,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-RENAMED = {"on_event": "callbacks", "lm_params": "task_lm_params"}  # keywords of earlier versions -> their names now
-
-
 def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
     """A keyword argument `fn` does not take raises a ConfigError naming it and the closest accepted names
     (instead of Python's bare TypeError; it is still a TypeError)."""
@@ -75,7 +72,7 @@ def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
         if unknown:
             hints = []
             for k in unknown:
-                close = [RENAMED[k]] if RENAMED.get(k) in accepted else difflib.get_close_matches(k, accepted, n=1)
+                close = difflib.get_close_matches(k, accepted, n=1)
                 hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             raise UnknownOptionError(f"{fn.__name__}(): unknown option {', '.join(hints)}; accepted: "
                                      f"{', '.join(accepted)}")

@@ -280,18 +280,11 @@ class EngineConfig(_Options):
 
 ENGINE_FIELDS = frozenset(EngineConfig.model_fields)
 
-# the options a run config of earlier versions kept at its top level; the others of EngineConfig were under
-# `engine:` (still read, from stored runs and config files)
-_OLD_TOP_LEVEL = frozenset({"budget", "seed", "minibatch_size", "max_concurrency", "use_merge", "max_merges",
-                            "time_limit", "patience", "target_score", "proposals_per_round", "proposer",
-                            "max_lm_failures", "lm_retry_pause", "stop_file"})
-
 
 class RunConfig(EngineConfig):
     """Everything that defines a stored run: the engine's options, the task, the LMs and the store's options.
 
-    A config file (YAML or TOML) holds these fields by name, flat; `engine: {...}` (the form of earlier versions,
-    and of the runs they stored) is read too.
+    A config file (YAML or TOML) holds these fields by name, flat.
     """
 
     # a built-in task name, a task target (path/to/file.py:make_task, package.module:make_task), or
@@ -327,11 +320,6 @@ class RunConfig(EngineConfig):
         if isinstance(v, str) and v not in accepted:
             raise ValueError(f"unknown tracking {v!r}; accepted: {', '.join(accepted)}")
         return v
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flatten(cls, data: Any) -> Any:
-        return flatten_engine(data) if isinstance(data, dict) else data
 
     @field_validator("task")
     @classmethod
@@ -417,36 +405,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def flatten_engine(data: dict[str, Any]) -> dict[str, Any]:
-    """Earlier versions kept some engine options under `engine:`; they are plain fields now."""
-    if "engine" not in data:
-        return data
-    data = dict(data)
-    engine = data.pop("engine")
-    if not isinstance(engine, dict):
-        raise ValueError(f"engine: a mapping of engine options, got {type(engine).__name__}")
-    allowed = ENGINE_FIELDS - _OLD_TOP_LEVEL
-    wrong = sorted(set(engine) - allowed)
-    if wrong:
-        raise ValueError(f"unknown engine option(s) {wrong}: options are plain fields now (e.g. `budget: 5`, not "
-                         f"under `engine:`); engine: accepts {', '.join(sorted(allowed))}")
-    twice = sorted(set(engine) & set(data))
-    if twice:
-        raise ValueError(f"{twice} given both as fields and under `engine:`; give each once")
-    return {**data, **engine}
-
-
 def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
     """A RunConfig from a YAML or TOML file (optional) plus overrides (None: not given); one ConfigError if wrong."""
     data = read_config_file(path) if path is not None else {}
     given = {k: v for k, v in overrides.items() if v is not None}
-    if "engine" in data and given:  # flatten first, so an override replaces what the file has under `engine:`
-        data = {k: v for k, v in _flat(data).items() if k not in given}
     return RunConfig(**{**data, **given})
 
-
-def _flat(data: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return flatten_engine(data)
-    except ValueError as exc:
-        raise ConfigError(f"invalid configuration:\n  engine: {exc}") from None

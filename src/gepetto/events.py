@@ -69,17 +69,11 @@ class StopReason(str, Enum):
 
     @classmethod
     def parse(cls, stored: str | None) -> StopReason | None:
-        """A stored stop reason: a value, or the prose written by gepetto before stop reasons were typed."""
-        if not stored:
-            return None
+        """A stored stop reason by its value (None when there is none or it is no value of ours)."""
         try:
-            return cls(stored)
+            return cls(stored) if stored else None
         except ValueError:
-            pass
-        for prefix, reason in _OLD_PROSE:
-            if stored.startswith(prefix):
-                return reason
-        return None
+            return None
 
 
 _DEFAULT_MESSAGES = {
@@ -90,15 +84,6 @@ _DEFAULT_MESSAGES = {
     StopReason.STOP_REQUESTED: "stop requested",
     StopReason.COST_LIMIT: "cost limit reached",
 }
-# how runs stored before 0.2 said why they stopped (the human message was the only record)
-_OLD_PROSE = (
-    ("interrupted (SIGTERM)", StopReason.SIGTERM), ("interrupted", StopReason.INTERRUPTED),
-    ("LM unavailable", StopReason.LM_UNAVAILABLE), ("budget", StopReason.BUDGET_EXHAUSTED),
-    ("target score", StopReason.TARGET_REACHED), ("validation score is perfect", StopReason.PERFECT_SCORE),
-    ("time limit", StopReason.TIME_LIMIT), ("no improvement", StopReason.NO_IMPROVEMENT),
-    ("stalled", StopReason.STALLED), ("stop file", StopReason.STOP_FILE),
-    ("stop requested", StopReason.STOP_REQUESTED),
-)
 
 
 @dataclass(frozen=True)
@@ -306,6 +291,19 @@ class LMFailed(Event):
     retry_in: float | None
 
 
+@dataclass(frozen=True)
+class IterationEnded(Event):
+    """An iteration (a round of proposals, or a merge attempt) ended."""
+
+    kind: ClassVar[str] = "iteration"
+    iteration: int
+    used: int
+    budget: int
+    best: float | None
+    front: int  # size of the Pareto front
+    candidates: int
+
+
 @dataclass
 class Result:
     """What a run produced: the best candidate, the whole pool with lineage and scores, and the costs."""
@@ -357,19 +355,6 @@ class Result:
             "partial_candidates": [c.to_dict() for c in self.partial_candidates],
             "raced_out": [c.to_dict() for c in self.raced_out],
         }
-
-
-@dataclass(frozen=True)
-class IterationEnded(Event):
-    """An iteration (a round of proposals, or a merge attempt) ended."""
-
-    kind: ClassVar[str] = "iteration"
-    iteration: int
-    used: int
-    budget: int
-    best: float | None
-    front: int  # size of the Pareto front
-    candidates: int
 
 
 @dataclass(frozen=True)
