@@ -40,9 +40,8 @@ SESSION_ONLY = frozenset({"stop_file", "tracking"})
 # name): `python:MODULE:QUALNAME`
 PYTHON = "python:"
 FEWSHOT = 4  # the built-in proposers' demonstrations per component when `fewshot` is not set
-# the default `reflection_temperatures` of each kind of request (engine/proposers.py): a whole rewrite sampled at
-# 1.0 (greedy, the 1.5B copied the seed back on 10 of 10 demo minibatches: benchmarks/results/reflection_probe.md),
-# a rule greedy first
+# the default `reflection_temperatures` of each kind of request (engine/proposers.py): a whole rewrite sampled,
+# since a small model answering greedily copies the seed back, and a rule greedy first (docs/design-notes.md)
 REWRITE_TEMPERATURES, RULE_TEMPERATURES = (1.0,), (0.0, 0.7, 1.0)
 
 
@@ -206,18 +205,16 @@ class EngineConfig(_Options):
     definitions: int = _field(0, "Edit proposer: the run's first proposal on a component runs the parent on up to "
                               "this many training examples and drafts one rule per right answer seen there (from up "
                               "to 4 of its inputs), all in one child; 0: off.", EDIT, ge=0)
-    # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text
-    # on by default (FEWSHOT) with the built-in proposers: level with or above no demonstrations on the demo and 3 of
-    # 4 CLINC tasks, in fewer rollouts and less wall time (benchmarks/results/efficiency_demo.md); a proposer of
-    # one's own gets demonstrations only when asked, and a run with no valset apart has no example to show
+    # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text; on by
+    # default with the built-in proposers (docs/design-notes.md), with a proposer of one's own only when asked, and
+    # never in a run with no valset apart (it has no example to show)
     fewshot: int | None = _field(None, "Most demonstrations (solved training examples) per component; 0: none. A "
                                  f"share of proposals adds one instead of asking reflection. Default: {FEWSHOT} with "
                                  "a built-in proposer (none when every training example is also a validation "
                                  "example).", EDIT, ge=0)
     fewshot_share: float = _field(0.5, "With fewshot: the share of proposals that add a demonstration.", EDIT,
                                   ge=0, le=1)
-    # on by default: level with the fixed share on the demo, fewer wasted demonstrations where they do not help
-    # (benchmarks/results/efficiency_demo.md, compare_sim_fewshot.md)
+    # on by default: fewer demonstrations are wasted where they do not help (docs/design-notes.md)
     adaptive_fewshot: bool = _field(True, "With fewshot: learn the share as the run goes, fewshot_share weighted "
                                     "by how often demonstrations and other proposals passed their tests.", EDIT)
     use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)

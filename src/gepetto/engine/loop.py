@@ -355,7 +355,7 @@ class Engine:
         parent_runs, ran = await self._evaluate(parent, plan.batch), plan.batch
         if plan.reserve:
             plan, parent_runs, ran = await self._seek_failures(plan, parent, parent_runs)
-        # (the rng's name is the edit proposer's, its first user: renaming it would change every edit run)
+        # the rng's seed string is part of every run's path: another one would change stored runs (docs/design-notes.md)
         request = ProposalRequest(parent, plan.parent_idx, plan.components, plan.batch, parent_runs, plan.iteration,
                                   random.Random(f"{self.config.seed}:{plan.iteration}:edit"), self.config,
                                   self._as_of_round(parent, ran), self.trainset, self._reflect,
