@@ -253,10 +253,10 @@ def test_clear_errors_for_bad_inputs():
         with pytest.raises(gepetto.ConfigError, match="sets these itself"):  # DSPy's LM has its own parameters
             gdspy.optimize(ex.CityCountry(), train, ex.metric, reflection_lm=ScriptedLM([]),
                            task_lm_params={"temperature": 0.5})
-        # the keywords of gepetto.optimize are checked as there: an old one names its replacement
+        # the keywords of gepetto.optimize are checked as there: a misspelt one names the closest
         with pytest.raises(gepetto.ConfigError, match="did you mean 'callbacks'"):
             gdspy.optimize(ex.CityCountry(), train, ex.metric, reflection_lm=ScriptedLM([]),
-                           on_event=lambda kind, data: None)
+                           callback=lambda event: None)
         with pytest.raises(gepetto.ConfigError, match="minibatch_size"):
             gdspy.optimize(ex.CityCountry(), train, ex.metric, reflection_lm=ScriptedLM([]), minibatch=3)
 

@@ -6,21 +6,27 @@ import asyncio
 import difflib
 import functools
 import inspect
-import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from gepetto.assembly import (
+    as_examples,
+    assemble_engine,
+    candidate_and_program,
+    drive_engine,
+    engine_config,
+    lm_label,
+    resolve_lm,
+    strategy_objects,
+)
 from gepetto.config import (
     DEFAULT_REFLECTION_LM,
     DEFAULT_TASK_LM,
-    ENGINE_FIELDS,
     PYTHON,
-    STRATEGIES,
     Accept,
     CacheMode,
-    ConfigError,
     EngineConfig,
     ExecutorName,
     ProposerName,
@@ -28,8 +34,8 @@ from gepetto.config import (
     UnknownOptionError,
 )
 from gepetto.engine import stopping
-from gepetto.engine.executors import Executor, aclose_executor
-from gepetto.engine.loop import Engine, Result, RolloutStore
+from gepetto.engine.executors import aclose_executor
+from gepetto.engine.loop import Engine, RolloutStore
 from gepetto.engine.proposers import Proposer
 from gepetto.engine.strategies import (
     Acceptance,
@@ -38,10 +44,10 @@ from gepetto.engine.strategies import (
     ParentSelector,
     label,
 )
-from gepetto.events import Callbacks, Event, StopReason, as_callbacks
+from gepetto.events import Callbacks, Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
-from gepetto.program import Metric, Program, Rollout, run_rollout, single_instruction
+from gepetto.program import Executor, Metric, Program, Rollout, run_rollout
 from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
 from gepetto.types import Candidate, Example
 
@@ -55,9 +61,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-RENAMED = {"on_event": "callbacks", "lm_params": "task_lm_params"}  # keywords of earlier versions -> their names now
-
-
 def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
     """A keyword argument `fn` does not take raises a ConfigError naming it and the closest accepted names
     (instead of Python's bare TypeError; it is still a TypeError)."""
@@ -69,7 +72,7 @@ def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
         if unknown:
             hints = []
             for k in unknown:
-                close = [RENAMED[k]] if RENAMED.get(k) in accepted else difflib.get_close_matches(k, accepted, n=1)
+                close = difflib.get_close_matches(k, accepted, n=1)
                 hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             raise UnknownOptionError(f"{fn.__name__}(): unknown option {', '.join(hints)}; accepted: "
                                      f"{', '.join(accepted)}")
@@ -87,65 +90,6 @@ def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
         return fn(*args, **kwargs)
 
     return checked
-
-
-def strategy_objects(given: Mapping[str, Any]) -> dict[str, Any]:
-    """The strategies given as objects (not names), by option."""
-    return {k: v for k, v in given.items() if k in STRATEGIES and v is not None and not isinstance(v, str)}
-
-
-def engine_config(config: EngineConfig | Mapping[str, Any] | None, given: Mapping[str, Any]) -> EngineConfig:
-    """`config` (default: EngineConfig()) with the options in `given` that are not None put in its place; a
-    strategy given as an object is named by its `label` (python:MODULE:QUALNAME)."""
-    changes: dict[str, Any] = {k: label(v) if k in STRATEGIES else v for k, v in given.items()
-                               if k in ENGINE_FIELDS and v is not None}
-    if config is None:
-        return EngineConfig(**changes)
-    if isinstance(config, EngineConfig):
-        base = config.model_dump(include=set(ENGINE_FIELDS))  # (a RunConfig has more: only the engine's part)
-    elif isinstance(config, Mapping):
-        base = dict(config)
-    else:
-        raise ConfigError(f"config= takes a gepetto.EngineConfig (or a mapping of its options), got "
-                          f"{type(config).__name__}")
-    return EngineConfig(**{**base, **changes})
-
-
-def resolve_lm(lm: LM | str) -> LM:
-    """An LM object as is, or one built from a name such as `local:qwen2.5-coder-0.5b`."""
-    if isinstance(lm, str):
-        from gepetto.lm.names import make_lm
-
-        return make_lm(lm)
-    return lm
-
-
-def as_examples(data: Sequence[Example | Mapping[str, Any]] | None) -> list[Example]:
-    out = []
-    for item in data or []:
-        if isinstance(item, Example):
-            out.append(item)
-        elif isinstance(item, Mapping):
-            item = dict(item)
-            gold = item.pop("gold", item.pop("answer", None))
-            out.append(Example(inputs=item, gold=gold))
-        else:
-            raise TypeError(f"examples must be gepetto.Example or dicts, got {type(item).__name__}")
-    return out
-
-
-def candidate_and_program(
-    candidate: Candidate | Mapping[str, str] | str, program: Program | None
-) -> tuple[Candidate, Program]:
-    """A Candidate (a bare string is the one component "instruction") and its program (default: one call)."""
-    if isinstance(candidate, str):
-        candidate = {"instruction": candidate}
-    cand = candidate if isinstance(candidate, Candidate) else Candidate(candidate)
-    if program is None:
-        if len(cand) != 1:
-            raise ValueError("a candidate with several components needs a program that uses them")
-        program = single_instruction(next(iter(cand)))
-    return cand, program
 
 
 @checked_keywords
@@ -216,24 +160,10 @@ def build_engine(
 
     The options are `optimize`'s: `config` (an EngineConfig) with the keyword arguments given in place.
     """
-    cfg = engine_config(config, locals())
-    objects = strategy_objects(locals())
-    seed_cand, program = candidate_and_program(seed_candidate, program)
-    train = as_examples(trainset)
-    val = as_examples(valset) if valset is not None else train
-    # no secret reaches feedback, events or the reflection prompt: LM errors and answers are redacted
-    task = RedactingLM(resolve_lm(task_lm))
-    reflection = RedactingLM(resolve_lm(reflection_lm), inputs=True)
-    observers = as_callbacks(callbacks)
-
-    def redacted(event: Event) -> None:  # redacted once, for every callback
-        clean = event.redacted()
-        for callback in observers:
-            callback(clean)
-
-    return Engine(program, metric, seed_cand, train, val, task, reflection, cfg,
-                  callbacks=[redacted] if observers else None, rollout_store=rollout_store, ledger=ledger,
-                  strategies=objects, stop=stop)
+    return assemble_engine(seed_candidate, trainset, metric, valset=valset, program=program, task_lm=task_lm,
+                           reflection_lm=reflection_lm, callbacks=callbacks, rollout_store=rollout_store,
+                           ledger=ledger, config=engine_config(config, locals()), strategies=strategy_objects(locals()),
+                           stop=stop)
 
 
 def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: dict[str, Any]
@@ -254,11 +184,9 @@ def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metr
 
 def _engine_tracking(engine: Engine, metric: Metric, args: Mapping[str, Any]) -> dict[str, Any]:
     """What a tracker is started with for a run without a store: the engine's configuration and ledger."""
-    from gepetto.runner import _lm_label
-
     program = args["program"]
     params = {"task": label(program if program is not None else metric).removeprefix(PYTHON),
-              "task_lm": _lm_label(args["task_lm"]), "reflection_lm": _lm_label(args["reflection_lm"]),
+              "task_lm": lm_label(args["task_lm"]), "reflection_lm": lm_label(args["reflection_lm"]),
               "n_train": len(engine.trainset), "n_val": len(engine.valset), "components": engine.components,
               **engine.config.model_dump()}
     return {"name": None, "params": params, "ledger": engine.state.ledger}
@@ -531,24 +459,7 @@ def evaluate(
     return asyncio.run(main())
 
 
-STOP_SIGNALS = {signal.SIGINT: StopReason.INTERRUPTED, signal.SIGTERM: StopReason.SIGTERM}
-
-
 def run_engine(engine: Engine) -> Result:
     """Run an engine to the end in a fresh event loop; Ctrl-C (SIGINT) or SIGTERM stops it gracefully, keeping
     everything paid for (a stored run is then resumable)."""
     return asyncio.run(drive_engine(engine, own_loop=True))
-
-
-async def drive_engine(engine: Engine, *, own_loop: bool) -> Result:
-    """Run an engine in the running event loop. `own_loop`: the loop is ours (from `asyncio.run`), so Ctrl-C and
-    SIGTERM stop the run gracefully and the LMs' HTTP clients are closed before it ends."""
-    signals = [stopping.OnSignal(sig, reason) for sig, reason in STOP_SIGNALS.items()] if own_loop else []
-    try:
-        return await engine.run(session_stops=signals)
-    finally:
-        if own_loop:
-            # HTTP clients belong to this loop: close them here, not at exit from a loop that is gone
-            await aclose_lm(engine.task_lm)
-            await aclose_lm(engine.reflection_lm)
-        await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run

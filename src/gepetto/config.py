@@ -15,13 +15,14 @@ from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from gepetto.engine.executors import EXECUTORS, Executor
+from gepetto.program import Executor
 
 Accept = Literal["strict", "non_decreasing", "paired"]
 ProposerName = Literal["auto", "edit", "rewrite"]
 AUTO = "auto"  # a strategy the run's route chooses (engine/route.py)
 CacheMode = Literal["auto", "always", "off"]
 ExecutorName = Literal["local", "ray"]  # the names of engine/executors.py's EXECUTORS
+EXECUTOR_NAMES: tuple[str, ...] = get_args(ExecutorName)
 TrackingName = Literal["mlflow"]  # experiment trackers (gepetto.tracking)
 DEFAULT_TASK_LM = "local:qwen2.5-coder-0.5b"  # the embedded default (docs/lm.md)
 DEFAULT_REFLECTION_LM = "local:qwen2.5-coder-1.5b"
@@ -40,9 +41,8 @@ SESSION_ONLY = frozenset({"stop_file", "tracking"})
 # name): `python:MODULE:QUALNAME`
 PYTHON = "python:"
 FEWSHOT = 4  # the built-in proposers' demonstrations per component when `fewshot` is not set
-# the default `reflection_temperatures` of each kind of request (engine/proposers.py): a whole rewrite sampled at
-# 1.0 (greedy, the 1.5B copied the seed back on 10 of 10 demo minibatches: benchmarks/results/reflection_probe.md),
-# a rule greedy first
+# the default `reflection_temperatures` of each kind of request (engine/proposers.py): a whole rewrite sampled,
+# since a small model answering greedily copies the seed back, and a rule greedy first (docs/design-notes.md)
 REWRITE_TEMPERATURES, RULE_TEMPERATURES = (1.0,), (0.0, 0.7, 1.0)
 
 
@@ -212,18 +212,16 @@ class EngineConfig(_Options):
                                      "up to this many training examples and drafts one rule per right answer seen "
                                      "there (from up to 4 of its inputs), all in one child; 0: off. Default: 60 on the "
                                      "labels route, else 0.", EDIT, ge=0)
-    # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text
-    # on by default (FEWSHOT) with the built-in proposers: level with or above no demonstrations on the demo and 3 of
-    # 4 CLINC tasks, in fewer rollouts and less wall time (benchmarks/results/efficiency_demo.md); a proposer of
-    # one's own gets demonstrations only when asked, and a run with no valset apart has no example to show
+    # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text; on by
+    # default with the built-in proposers (docs/design-notes.md), with a proposer of one's own only when asked, and
+    # never in a run with no valset apart (it has no example to show)
     fewshot: int | None = _field(None, "Most demonstrations (solved training examples) per component; 0: none. A "
                                  f"share of proposals adds one instead of asking reflection. Default: {FEWSHOT} with "
                                  "a built-in proposer (none when every training example is also a validation "
                                  "example).", EDIT, ge=0)
     fewshot_share: float = _field(0.5, "With fewshot: the share of proposals that add a demonstration.", EDIT,
                                   ge=0, le=1)
-    # on by default: level with the fixed share on the demo, fewer wasted demonstrations where they do not help
-    # (benchmarks/results/efficiency_demo.md, compare_sim_fewshot.md)
+    # on by default: fewer demonstrations are wasted where they do not help (docs/design-notes.md)
     adaptive_fewshot: bool = _field(True, "With fewshot: learn the share as the run goes, fewshot_share weighted "
                                     "by how often demonstrations and other proposals passed their tests.", EDIT)
     use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)
@@ -273,31 +271,24 @@ class EngineConfig(_Options):
     @classmethod
     def _known_executor(cls, v: Any) -> Any:
         if isinstance(v, str):
-            if v not in EXECUTORS:
-                raise ValueError(f"unknown executor {v!r}; accepted: {', '.join(EXECUTORS)}")
+            if v not in EXECUTOR_NAMES:
+                raise ValueError(f"unknown executor {v!r}; accepted: {', '.join(EXECUTOR_NAMES)}")
         elif not cls._executor_objects:
-            raise ValueError(f"a stored run takes an executor by name ({', '.join(EXECUTORS)}), not an object "
+            raise ValueError(f"a stored run takes an executor by name ({', '.join(EXECUTOR_NAMES)}), not an object "
                              f"({type(v).__name__}): run without storage= to use it")
         elif not isinstance(v, Executor):
-            raise ValueError(f"one of {', '.join(EXECUTORS)} or an Executor object (async run(...) and aclose()), "
+            raise ValueError(f"one of {', '.join(EXECUTOR_NAMES)} or an Executor object (async run(...) and aclose()), "
                              f"got {type(v).__name__}")
         return v
 
 
 ENGINE_FIELDS = frozenset(EngineConfig.model_fields)
 
-# the options a run config of earlier versions kept at its top level; the others of EngineConfig were under
-# `engine:` (still read, from stored runs and config files)
-_OLD_TOP_LEVEL = frozenset({"budget", "seed", "minibatch_size", "max_concurrency", "use_merge", "max_merges",
-                            "time_limit", "patience", "target_score", "proposals_per_round", "proposer",
-                            "max_lm_failures", "lm_retry_pause", "stop_file"})
-
 
 class RunConfig(EngineConfig):
     """Everything that defines a stored run: the engine's options, the task, the LMs and the store's options.
 
-    A config file (YAML or TOML) holds these fields by name, flat; `engine: {...}` (the form of earlier versions,
-    and of the runs they stored) is read too.
+    A config file (YAML or TOML) holds these fields by name, flat.
     """
 
     # a built-in task name, a task target (path/to/file.py:make_task, package.module:make_task), or
@@ -333,11 +324,6 @@ class RunConfig(EngineConfig):
         if isinstance(v, str) and v not in accepted:
             raise ValueError(f"unknown tracking {v!r}; accepted: {', '.join(accepted)}")
         return v
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flatten(cls, data: Any) -> Any:
-        return flatten_engine(data) if isinstance(data, dict) else data
 
     @field_validator("task")
     @classmethod
@@ -423,36 +409,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def flatten_engine(data: dict[str, Any]) -> dict[str, Any]:
-    """Earlier versions kept some engine options under `engine:`; they are plain fields now."""
-    if "engine" not in data:
-        return data
-    data = dict(data)
-    engine = data.pop("engine")
-    if not isinstance(engine, dict):
-        raise ValueError(f"engine: a mapping of engine options, got {type(engine).__name__}")
-    allowed = ENGINE_FIELDS - _OLD_TOP_LEVEL
-    wrong = sorted(set(engine) - allowed)
-    if wrong:
-        raise ValueError(f"unknown engine option(s) {wrong}: options are plain fields now (e.g. `budget: 5`, not "
-                         f"under `engine:`); engine: accepts {', '.join(sorted(allowed))}")
-    twice = sorted(set(engine) & set(data))
-    if twice:
-        raise ValueError(f"{twice} given both as fields and under `engine:`; give each once")
-    return {**data, **engine}
-
-
 def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
     """A RunConfig from a YAML or TOML file (optional) plus overrides (None: not given); one ConfigError if wrong."""
     data = read_config_file(path) if path is not None else {}
     given = {k: v for k, v in overrides.items() if v is not None}
-    if "engine" in data and given:  # flatten first, so an override replaces what the file has under `engine:`
-        data = {k: v for k, v in _flat(data).items() if k not in given}
     return RunConfig(**{**data, **given})
 
-
-def _flat(data: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return flatten_engine(data)
-    except ValueError as exc:
-        raise ConfigError(f"invalid configuration:\n  engine: {exc}") from None

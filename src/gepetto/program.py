@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from gepetto.lm.base import LM, Completion, LMError, LMUnavailable, Message
 from gepetto.types import Candidate, Example, Score, ScoreRangeError
@@ -301,3 +301,28 @@ class Task:
     description: str = ""
     expert_candidate: Candidate | None = None  # a hand-written strong prompt, to measure the headroom
     baseline: Any = None  # a trivial constant output (e.g. the majority label), scored by the metric
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs rollouts: the program on one example for one candidate, judged by the metric.
+
+    Contract (what the engine relies on, so that every executor gives the same run):
+    - `run(...)` returns what `gepetto.program.run_rollout(...)` returns for the same arguments: a `Rollout`, in
+      which an error of the program or the metric is a score-0 rollout with the error as feedback, as is a rollout
+      that took longer than `timeout` seconds (the engine's `rollout_timeout`; None: no limit); and it raises
+      `LMUnavailable` (or a subclass) when the LM infrastructure gave no answer, so the engine retries later and
+      nothing is counted.
+    - Every LM call is accounted as if made through `task_lm`: when `task_lm` is a `MeteredLM`, its calls end in
+      that ledger under that role. An executor that calls a copy of the LM elsewhere replays its calls there.
+    - It keeps no result of its own: the engine counts each returned rollout once against the budget and stores
+      it (the run store lives with the engine), so the budget contract and exact resume do not depend on it.
+    - Cancelling the awaiting task gives the rollout up (remote work may be cancelled); it is neither counted
+      nor stored. Calls arrive concurrently, at most `max_concurrency` at a time.
+    - `aclose()` releases what the executor itself started (not what it was given); it may be called twice.
+    """
+
+    async def run(self, program: Program, metric: Metric, candidate: Candidate, example: Example, task_lm: LM,
+                  lm_params: Mapping[str, Any] | None = None, *, timeout: float | None = None) -> Rollout: ...
+
+    async def aclose(self) -> None: ...

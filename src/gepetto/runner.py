@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from gepetto import events as ev
-from gepetto.api import as_examples, build_engine, candidate_and_program, drive_engine
+from gepetto.assembly import (
+    as_examples,
+    assemble_engine,
+    candidate_and_program,
+    drive_engine,
+    engine_config,
+    lm_label,
+    strategy_objects,
+)
 from gepetto.config import (
     DEFAULT_REFLECTION_LM,
     DEFAULT_TASK_LM,
@@ -33,8 +41,9 @@ from gepetto.config import (
     implicit_defaults,
     load_config,
 )
-from gepetto.engine.loop import Engine, Result
+from gepetto.engine.loop import Engine
 from gepetto.engine.strategies import label
+from gepetto.events import Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM
 from gepetto.program import Metric, MetricError, Program, Task
@@ -316,10 +325,12 @@ def open_run(
                 store.add_event(name, event.kind, {"session": session, "text": event.describe(), **event.to_dict()})
 
     # built (and its inputs checked) before the store is written: a refused start leaves no run behind
-    engine = build_engine(
+    given = strategies or {}
+    engine = assemble_engine(
         task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
         task_lm=task_lm, reflection_lm=reflection_lm, callbacks=[record, *ev.as_callbacks(callbacks)],
-        rollout_store=rollouts, ledger=ledger, config=cfg.engine_config(), stop=stop, **(strategies or {}))
+        rollout_store=rollouts, ledger=ledger, config=engine_config(cfg.engine_config(), given),
+        strategies=strategy_objects(given), stop=stop)
     if info is None:
         store.create_run(name, cfg.stored(), cfg.seed)
         store.put_examples(name, "train", task.trainset)
@@ -358,10 +369,6 @@ def start_or_resume(
         return stored.name, stored.run()
 
 
-def _lm_label(lm: LM | str) -> str:
-    return lm if isinstance(lm, str) else f"{PYTHON}{getattr(lm, 'name', type(lm).__name__)}"
-
-
 def open_program_run(
     seed_candidate: Candidate | Mapping[str, str] | str,
     trainset: Sequence[Example | Mapping[str, Any]],
@@ -391,7 +398,7 @@ def open_program_run(
     val = as_examples(valset) if valset is not None else train
     objects = not (isinstance(task_lm, str) and isinstance(reflection_lm, str))
     engine = (config or EngineConfig()).model_dump()
-    cfg = load_config(task=PYTHON + identity, task_lm=_lm_label(task_lm), reflection_lm=_lm_label(reflection_lm),
+    cfg = load_config(task=PYTHON + identity, task_lm=lm_label(task_lm), reflection_lm=lm_label(reflection_lm),
                       cache=cache or ("off" if objects else "auto"), **engine)
     task = Task(cfg.task, program, metric, seed, train, val)
     return open_run(cfg, lambda _cfg, _ledger: task, storage=storage, run=run, explicit=set(RunConfig.model_fields),

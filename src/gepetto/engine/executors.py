@@ -1,4 +1,5 @@
-"""Where rollouts run: the `Executor` seam between the engine's decisions and the program's execution.
+"""Where rollouts run: the built-in `Executor`s (the protocol is in gepetto.program), between the engine's
+decisions and the program's execution.
 
 The engine decides which (candidate, example) pairs to pay for, bounds how many are in flight
 (`max_concurrency`), counts each finished rollout once against the budget and stores it; an executor only
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, get_args
 
+from gepetto.config import ExecutorName
 from gepetto.lm.base import LM
-from gepetto.program import Metric, Program, Rollout, run_rollout
+from gepetto.program import Executor, Metric, Program, Rollout, run_rollout
 from gepetto.types import Candidate, Example
 
 # executor names -> "module:factory"; a factory takes the EngineConfig. Imported on use only (extras stay optional)
@@ -21,31 +23,7 @@ EXECUTORS = {
     "local": "gepetto.engine.executors:LocalExecutor.from_config",
     "ray": "gepetto.integrations.ray:RayExecutor.from_config",
 }
-
-
-@runtime_checkable
-class Executor(Protocol):
-    """Runs rollouts: the program on one example for one candidate, judged by the metric.
-
-    Contract (what the engine relies on, so that every executor gives the same run):
-    - `run(...)` returns what `gepetto.program.run_rollout(...)` returns for the same arguments: a `Rollout`, in
-      which an error of the program or the metric is a score-0 rollout with the error as feedback, as is a rollout
-      that took longer than `timeout` seconds (the engine's `rollout_timeout`; None: no limit); and it raises
-      `LMUnavailable` (or a subclass) when the LM infrastructure gave no answer, so the engine retries later and
-      nothing is counted.
-    - Every LM call is accounted as if made through `task_lm`: when `task_lm` is a `MeteredLM`, its calls end in
-      that ledger under that role. An executor that calls a copy of the LM elsewhere replays its calls there.
-    - It keeps no result of its own: the engine counts each returned rollout once against the budget and stores
-      it (the run store lives with the engine), so the budget contract and exact resume do not depend on it.
-    - Cancelling the awaiting task gives the rollout up (remote work may be cancelled); it is neither counted
-      nor stored. Calls arrive concurrently, at most `max_concurrency` at a time.
-    - `aclose()` releases what the executor itself started (not what it was given); it may be called twice.
-    """
-
-    async def run(self, program: Program, metric: Metric, candidate: Candidate, example: Example, task_lm: LM,
-                  lm_params: Mapping[str, Any] | None = None, *, timeout: float | None = None) -> Rollout: ...
-
-    async def aclose(self) -> None: ...
+assert tuple(EXECUTORS) == get_args(ExecutorName)  # config.py names them, for the CLI and files
 
 
 class LocalExecutor:

@@ -27,11 +27,10 @@ from gepetto.config import AUTO, ConfigError, EngineConfig
 from gepetto.engine import answers, racing, route, stopping
 from gepetto.engine.executors import Executor, make_executor
 from gepetto.engine.merge import find_merge, merge_chance
-from gepetto.engine.pareto import best_index
 from gepetto.engine.proposers import ProposalRequest, as_proposal, over_length
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.engine.strategies import Strategies, retest_examples
-from gepetto.events import Outcome, Stop, StopReason
+from gepetto.events import Outcome, Result, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
 from gepetto.program import Metric, Program, Rollout, check_metric
@@ -46,59 +45,6 @@ class RolloutStore(Protocol):
     def get(self, candidate_id: str, example_id: str) -> Rollout | None: ...
 
     def put(self, candidate: Candidate, example_id: str, rollout: Rollout) -> None: ...
-
-
-@dataclass
-class Result:
-    """What a run produced: the best candidate, the whole pool with lineage and scores, and the costs."""
-
-    best_candidate: Candidate
-    best_score: float
-    seed_score: float
-    candidates: list[CandidateRecord]
-    pareto_front: list[int]
-    rollouts_used: int
-    budget: int
-    ledger: Ledger
-    stop_reason: StopReason
-    stop_message: str  # the reason for people ("no improvement for 20 iterations")
-    iterations: int
-    proposals: dict[Outcome, int]  # what became of each proposal and merge
-    history: list[tuple[int, float]]
-    wall_seconds: float
-    # candidates whose validation a stop interrupted: scores on the examples paid so far (index -1). They are
-    # not in the pool and never chosen as best on partial scores; a resumed run replays their rollouts for free
-    partial_candidates: list[CandidateRecord] = field(default_factory=list)
-    # children whose validation racing cut short (EngineConfig.racing), with the validation scores paid for
-    # (index -1): provably never on the front nor the best, so not in the pool
-    raced_out: list[CandidateRecord] = field(default_factory=list)
-
-    @property
-    def best_index(self) -> int:
-        return best_index([c.mean for c in self.candidates], [c.evident for c in self.candidates]) or 0
-
-    def summary(self) -> str:
-        t = self.ledger.total()
-        return (
-            f"validation score {self.seed_score:.3f} (seed) -> {self.best_score:.3f} (best, candidate "
-            f"{self.best_index}); {len(self.candidates)} candidates, front {len(self.pareto_front)}; "
-            f"{self.rollouts_used}/{self.budget} rollouts; {self.iterations} iterations; "
-            f"{t.calls} LM calls, {t.input_tokens}+{t.output_tokens} tokens; {self.wall_seconds:.1f}s; "
-            f"stopped: {self.stop_message}"
-            + (f"; {len(self.raced_out)} validations raced out" if self.raced_out else "")
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "best_candidate": self.best_candidate.to_dict(), "best_score": self.best_score,
-            "seed_score": self.seed_score, "candidates": [c.to_dict() for c in self.candidates],
-            "pareto_front": self.pareto_front, "rollouts_used": self.rollouts_used, "budget": self.budget,
-            "ledger": self.ledger.to_dict(), "stop_reason": self.stop_reason.value, "stop_message": self.stop_message,
-            "iterations": self.iterations, "proposals": {str(k): v for k, v in self.proposals.items()},
-            "history": self.history, "wall_seconds": self.wall_seconds,
-            "partial_candidates": [c.to_dict() for c in self.partial_candidates],
-            "raced_out": [c.to_dict() for c in self.raced_out],
-        }
 
 
 class _OutOfBudget(Exception):
@@ -443,7 +389,7 @@ class Engine:
         parent_runs, ran = await self._evaluate(parent, plan.batch), plan.batch
         if plan.reserve:
             plan, parent_runs, ran = await self._seek_failures(plan, parent, parent_runs)
-        # (the rng's name is the edit proposer's, its first user: renaming it would change every edit run)
+        # the rng's seed string is part of every run's path: another one would change stored runs (docs/design-notes.md)
         request = ProposalRequest(parent, plan.parent_idx, plan.components, plan.batch, parent_runs, plan.iteration,
                                   random.Random(f"{self.config.seed}:{plan.iteration}:edit"), self.config,
                                   self._as_of_round(parent, ran), self.trainset, self._reflect,

@@ -30,6 +30,7 @@ from gepetto import events as ev
 from gepetto.config import REWRITE_TEMPERATURES, RULE_TEMPERATURES, EngineConfig
 from gepetto.engine import demos, edits
 from gepetto.engine.answers import Diagnosis
+from gepetto.engine.minibatch import EpochShuffled
 from gepetto.engine.reflect import (
     CLOSE_TAG,
     ReflectionExample,
@@ -40,7 +41,6 @@ from gepetto.engine.reflect import (
     vet,
 )
 from gepetto.engine.state import RunState
-from gepetto.engine.strategies import EpochShuffled
 from gepetto.events import Outcome
 from gepetto.lm.base import Completion, Message
 from gepetto.program import Rollout

@@ -199,9 +199,8 @@ def whole_run(rollout: Rollout, example: Example | None) -> ReflectionExample:
 
 def shorten_messages(text: str, limit: int) -> list[Message]:
     """A new request for an instruction over the length budget: shorten it. A fresh conversation, not a retry of
-    the one it came from: asked again there, a small model writes its own long answer back (the demo's 1.5B
-    reflection LM brought 1 of 7 over-long answers within the limit that way, and 11 of 15 when asked to shorten
-    them, `benchmarks/results/reflection_probe.md`). The limit is said in words too: small models count words."""
+    the one it came from, where a small model writes its own long answer back (docs/design-notes.md). The limit is
+    said in words too: small models count words."""
     user = (f"This instruction is too long: it has {len(text)} characters.\n"
             f"<current_instruction>\n{text}\n</current_instruction>\n\n"
             f"Rewrite it in at most {limit} characters (about {max(limit // 6, 1)} words). Keep every rule and "

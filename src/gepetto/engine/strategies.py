@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gepetto.config import PYTHON, STRATEGIES, ConfigError, EngineConfig
+from gepetto.engine.minibatch import EpochShuffled
 from gepetto.engine.state import RunState
 from gepetto.types import Candidate, Example
 
@@ -130,51 +131,6 @@ class AllComponents:
     def __call__(self, state: RunState, parent: int, components: Sequence[str], rng: random.Random
                  ) -> Sequence[str]:
         return tuple(components)
-
-
-# ---- minibatch sampling --------------------------------------------------------------------------------------
-@dataclass
-class EpochShuffled:
-    """The next `size` examples of the training order, shuffled anew each epoch, skipping examples the parent
-    already solves (they teach nothing) unless too few are left.
-
-    The order of epoch k comes from `random.Random(f"{seed}:epoch:{k}")`, not from the iteration's rng, so that
-    an epoch is one fixed permutation whatever the iterations draw; the position is `state.train_cursor`.
-    """
-
-    size: int
-    seed: int = 0
-    perfect_score: float = 1.0
-    # (epoch, its order): a cache, derived from the seed alone
-    _order: tuple[int, list[int]] = field(default=(-1, []), init=False, repr=False)
-
-    def next_example(self, state: RunState, trainset: Sequence[Example]) -> Example:
-        """The example at the training cursor, and advance the cursor."""
-        epoch, pos = divmod(state.train_cursor, len(trainset))
-        if self._order[0] != epoch:
-            order = list(range(len(trainset)))
-            random.Random(f"{self.seed}:epoch:{epoch}").shuffle(order)
-            self._order = (epoch, order)
-        state.train_cursor += 1
-        return trainset[self._order[1][pos]]
-
-    def __call__(self, state: RunState, parent: Candidate, trainset: Sequence[Example], rng: random.Random
-                 ) -> list[Example]:
-        b = min(self.size, len(trainset))
-        chosen: list[Example] = []
-        solved: list[Example] = []
-        for _ in range(len(trainset)):
-            ex = self.next_example(state, trainset)
-            if any(ex.id == c.id for c in chosen):
-                continue
-            known = state.known(parent, ex.id)
-            if known is not None and known.score.value >= self.perfect_score:
-                solved.append(ex)
-                continue
-            chosen.append(ex)
-            if len(chosen) == b:
-                break
-        return (chosen + solved)[:b]
 
 
 # ---- acceptance ----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The LM protocol every backend implements, plus a metering wrapper and a scripted LM for tests."""
+"""The LM protocol every backend implements, its errors, and the wrappers that meter and redact calls."""
 
 from __future__ import annotations
 
@@ -62,6 +62,17 @@ class LMSetupError(LMUnavailable):
 
 class AuthenticationError(LMSetupError):
     """The endpoint refused the credentials (HTTP 401/403): a bad or missing API key, or no access."""
+
+
+@dataclass(frozen=True)
+class LMName:
+    """An LM name `KIND:MODEL[@BASE_URL][?OPTIONS]` parsed (gepetto.lm.names); what a backend builds an LM from."""
+
+    kind: str
+    model: str
+    base_url: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    text: str = ""  # the name as written
 
 
 @runtime_checkable
@@ -193,11 +204,3 @@ class RedactingLM:
         text = redact(out.text)
         return out if text == out.text else dataclasses.replace(out, text=text)
 
-
-def __getattr__(name: str) -> Any:
-    # ScriptedLM lives in gepetto.testing now; this keeps `from gepetto.lm.base import ScriptedLM` working
-    if name == "ScriptedLM":
-        from gepetto.testing.scripted import ScriptedLM
-
-        return ScriptedLM
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,12 +19,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gepetto.lm.base import Completion, LMError, LMSetupError, Message, PerLoop, Usage, json_schema_of
-
-if TYPE_CHECKING:
-    from gepetto.lm.names import LMName
+from gepetto.lm.base import Completion, LMError, LMName, LMSetupError, Message, PerLoop, Usage, json_schema_of
 
 
 @dataclass(frozen=True)

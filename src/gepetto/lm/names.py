@@ -24,17 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-from gepetto.lm.base import LM
-
-
-@dataclass(frozen=True)
-class LMName:
-    kind: str
-    model: str
-    base_url: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    text: str = ""  # the name as written
-
+from gepetto.lm.base import LM, LMName
 
 Builder = Callable[[LMName], LM]
 
@@ -91,6 +81,10 @@ register_backend("openai", Backend("gepetto.lm.openai:from_name", "openai:MODEL,
                                    {**_REMOTE, "api_key_env": str, "structured": str}, base_url=True))
 register_backend("litellm", Backend("gepetto.lm.litellm:from_name", "litellm:PROVIDER/MODEL", _REMOTE,
                                     check=_litellm_check))
+# simulated LMs with a known optimum, for tests and benchmarks: imported on first use, so `import gepetto` stays light
+register_backend("sim", Backend("gepetto.testing.sim:lm_from_name", "sim:task or sim:reflection",
+                                {"latency": float, "noise": float, "seed": int, "max_rules": int, "forget": bool},
+                                models=("task", "reflection")))
 
 
 def _accepted() -> str:

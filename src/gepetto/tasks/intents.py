@@ -167,7 +167,7 @@ def expert_instruction(domain: str, oos: bool = False, subset: str | None = None
 
     `form="rules"` (the default) appends one "If the customer <definition>, answer <intent>." line per intent
     to the plain seed: the form a 0.5B model follows. `form="definitions"` lists "<intent>: the customer
-    <definition>" lines, the first expert measured (the 0.5B barely uses it; `benchmarks/results/realtrack.md`).
+    <definition>" lines, a form the 0.5B barely follows (docs/design-notes.md).
     """
     names = labels(domain, subset=subset)
     if form == "rules":

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gepetto.lm.base import Completion, Message, Usage
-from gepetto.lm.names import Backend, LMName, register_backend
+from gepetto.lm.names import LMName
 from gepetto.program import Context, Task, TraceEntry
 from gepetto.types import Candidate, Example, Score
 
@@ -124,7 +124,3 @@ def lm_from_name(name: LMName) -> SimTaskLM | SimReflectionLM:
         return SimTaskLM(latency=name.options.get("latency", 0.0), name=name.text)
     return SimReflectionLM(name=name.text, **name.options)
 
-
-register_backend("sim", Backend(lm_from_name, "sim:task or sim:reflection",
-                                {"latency": float, "noise": float, "seed": int, "max_rules": int, "forget": bool},
-                                models=("task", "reflection")), replace=True)

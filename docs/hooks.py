@@ -1,0 +1,40 @@
+"""mkdocs hook: the options tables of the API reference, generated from EngineConfig's fields (their one source)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+# this checkout's gepetto, not another install (mkdocs restores sys.path after loading a hook: import it now)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from gepetto.config import EngineConfig  # noqa: E402
+
+MARKER = "<!-- engine-options -->"
+
+
+def _type(annotation: Any) -> str:
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    text = text.replace("typing.", "").replace("gepetto.program.", "")
+    return text.replace("Union[Literal['local', 'ray'], Executor]", "'local' or 'ray' or an Executor")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def options_tables() -> str:
+    """One table per CLI group: option, type, default, what it does."""
+    groups: dict[str, list[str]] = {}
+    for name, field in EngineConfig.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        default = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+        groups.setdefault(str(extra.get("group", "Other")), []).append(
+            f"| `{name}` | {_cell(_type(field.annotation))} | {_cell(repr(default))} | "
+            f"{_cell(field.description or '')} |")
+    return "\n\n".join(f"### {group}\n\n| option | type | default | what |\n|---|---|---|---|\n" + "\n".join(rows)
+                       for group, rows in groups.items())
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    return markdown.replace(MARKER, options_tables()) if MARKER in markdown else markdown
