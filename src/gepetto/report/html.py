@@ -600,7 +600,8 @@ def _transcript_html(n: int, t: Mapping[str, Any]) -> str:
                  f'</pre></details></div>')
     return (f'<details class="tx {cls}" id="tx-{n}"><summary><span class="vbadge {cls}">{_e(verdict)}</span> '
             f'<a href="#proposal={n}" title="link to this proposal"><b>#{n}</b></a> {parent}{comp}{became} '
-            f'<span class="muted small">{_e("; ".join(bits))}</span></summary><div class="tx-body">{body}</div></details>')
+            f'<span class="muted small">{_e("; ".join(bits))}</span></summary>'
+            f'<div class="tx-body">{body}</div></details>')
 
 
 def _transcripts_section(view: _View) -> str:
