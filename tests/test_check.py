@@ -103,6 +103,7 @@ def test_an_error_in_make_task_shows_the_users_file_line_and_exits_1(cli, tmp_pa
         res = cli(command, "--task", "broken.py:make_task", *SIM_LMS)
         assert res.exit_code == 1, res.output
         out = res.output
+        assert out.startswith("error:")  # nothing above the error (no empty progress bar)
         assert "make_task raised TypeError: 'NoneType' object is not subscriptable" in out
         assert f'File "{tmp_path / "broken.py"}", line 12, in make_task' in out and "first = rows[0]" in out
         assert "Traceback" not in out and "--debug shows the whole traceback" in out

@@ -136,3 +136,11 @@ def test_a_display_among_the_callbacks_is_not_doubled(monkeypatch, capsys) -> No
         _library_run(callbacks=[mine])
     assert "candidate 1 (reflection" in out.getvalue()
     assert capsys.readouterr().err == ""  # the default display stood aside for the user's own
+
+
+def test_nothing_is_shown_before_the_run_has_a_plan() -> None:
+    # a run refused while it loads (a config or task error) leaves no empty progress bar above its error
+    console, out = _console()
+    with ProgressDisplay(console):
+        pass
+    assert out.getvalue() == ""

@@ -433,7 +433,7 @@ def _check(cfg: RunConfig, explicit: set[str], preset: str | None, *, storage: s
         if stored is None:
             _line("run", f"a new run{f' {run!r}' if run else ''} in {storage}; nothing was stored")
     console.print("[green]ready[/green]: only the seed's run on one example was paid for. Start the run with the same "
-                  "options: `gepetto optimize ...`", highlight=False)
+                  "options: `gepetto optimize ...`", highlight=False, soft_wrap=True)
 
 
 def _stored_run(storage: str, run: str | None) -> Any:

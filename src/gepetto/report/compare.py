@@ -108,7 +108,7 @@ def _mark(cell: tuple[str, str, int], glyph: str, colour: str, series: int) -> t
     return (glyph, colour, series)
 
 
-def text_chart(rows: Sequence[Mapping[str, Any]], width: int = 64, height: int = 12) -> Text:
+def text_chart(rows: Sequence[Mapping[str, Any]], width: int = 64, height: int = 11) -> Text:
     """Best validation score against rollouts used, one step line per run (its colour and glyph), as text."""
     series = [(r, r["history"], _num(r.get("rollouts")) or (r["history"][-1][0] if r["history"] else 0.0))
               for r in rows]
