@@ -165,6 +165,16 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+_DASHES = ("", "9 5", "3 4", "12 4 3 4")
+
+
+def _stroke(k: int) -> str:
+    """Run k's line: the first solid and widest, the others dashed and thinner, so coinciding lines all show."""
+    dash = _DASHES[k % len(_DASHES)]
+    width = 4.2 if k == 0 else 2.6
+    return f'stroke-width="{width}"' + (f' stroke-dasharray="{dash}"' if dash else "")
+
+
 def _chart_svg(rows: Sequence[Mapping[str, Any]]) -> str:
     w, h, ml, mr, mt, mb = 820, 330, 52, 20, 16, 44
     pw, ph = w - ml - mr, h - mt - mb
@@ -207,15 +217,17 @@ def _chart_svg(rows: Sequence[Mapping[str, Any]]) -> str:
             d += f" H{sx(x):.1f} V{sy(y):.1f}"
         if end > hist[-1][0]:
             d += f" H{sx(end):.1f}"
-        parts.append(f'<path class="run-line" d="{d}" stroke="{colour}"><title>{_e(r["name"])}</title></path>')
+        parts.append(f'<path class="run-line" d="{d}" stroke="{colour}" {_stroke(k)}>'
+                     f'<title>{_e(r["name"])}</title></path>')
         last_x = max(end, hist[-1][0])
         parts.append(f'<circle cx="{sx(last_x):.1f}" cy="{sy(hist[-1][1]):.1f}" r="4" fill="{colour}">'
                      f'<title>{_e(r["name"])}: best {_f(hist[-1][1])} at {last_x:g} rollouts</title></circle>')
-    legend = "".join(f'<span><svg width="22" height="10"><line x1="1" y1="5" x2="21" y2="5" stroke="'
-                     f'{PALETTE[k % len(PALETTE)][0]}" stroke-width="3"/></svg> {_e(r["name"])}</span>'
+    legend = "".join(f'<span><svg width="34" height="10"><line x1="1" y1="5" x2="33" y2="5" stroke="'
+                     f'{PALETTE[k % len(PALETTE)][0]}" {_stroke(k)}/></svg> {_e(r["name"])}</span>'
                      for k, r in enumerate(rows))
-    return (f'<svg class="chart" viewBox="0 0 {w} {h}" width="100%" role="img" aria-label="best validation score '
-            f'over rollouts used, one line per run">{"".join(parts)}</svg><div class="legend">{legend}</div>')
+    return (f'<svg class="chart" viewBox="0 0 {w} {h}" width="100%" style="max-width:{w}px" role="img" '
+            f'aria-label="best validation score over rollouts used, one line per run">{"".join(parts)}</svg>'
+            f'<div class="legend">{legend}</div>')
 
 
 def _table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -266,9 +278,9 @@ def _best_texts(rows: Sequence[Mapping[str, Any]]) -> str:
 
 _EXTRA_CSS = """
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 3px; vertical-align: -1px; }
-.chart .run-line { fill: none; stroke-width: 2.4; }
+.chart .run-line { fill: none; stroke-linejoin: round; }
 .legend { margin-top: 6px; }
-table.opts td { text-align: left; white-space: normal; }
+table.opts th, table.opts td { text-align: left; white-space: normal; }
 """
 
 
