@@ -40,7 +40,7 @@ def test_every_run_option_is_a_cli_option_named_like_the_field():
     for name in RunConfig.model_fields:
         flag = "--task-option" if name == "task_options" else "--" + name.replace("_", "-")
         assert flag in shown, flag
-    for old in ("--concurrency", "--target ", "--merge "):  # deprecated spellings: accepted, not shown
+    for old in ("--concurrency", "--target ", "--merge "):  # spellings of a version never released: gone
         assert old not in shown
 
 
@@ -113,13 +113,12 @@ def test_loop_options_from_the_cli_and_from_a_file(cli, tmp_path):
     assert res.exit_code == 2 and "--task-lm-params: not a YAML value" in res.output
 
 
-def test_old_cli_spellings_still_work_with_a_warning(cli):
-    res = cli("optimize", *SIM, "--budget", 60, "--concurrency", 3, "--target", 0.5, "--no-merge", "--run", "old",
-              "--storage", "s.sqlite", "-q")
-    assert res.exit_code == 0, res.output
-    assert "--concurrency is deprecated; use --max-concurrency" in res.output
-    config = RunStore("s.sqlite").get_run("old").config
-    assert (config["max_concurrency"], config["target_score"], config["use_merge"]) == (3, 0.5, False)
+def test_the_spellings_of_a_version_never_released_are_gone(cli):
+    for old, new in (("--concurrency", "--max-concurrency"), ("--target", "--target-score")):
+        res = cli("optimize", *SIM, old, "1", "--storage", "s.sqlite", "-q")
+        assert res.exit_code == 2 and f"No such option: {old}" in res.output and new in res.output
+    res = cli("optimize", *SIM, "--no-merge", "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 2 and "No such option: --no-merge" in res.output
 
 
 def test_a_stored_run_with_options_this_gepetto_does_not_know_is_refused_by_name(cli):

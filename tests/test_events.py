@@ -125,7 +125,7 @@ def test_the_store_logs_proposals_as_before(tmp_path):
     store = RunStore(tmp_path / "s.sqlite")
     proposal = store.events("r", "proposal")[0]["data"]
     assert set(proposal) == {"session", "parent", "component", "text", "minibatch_before", "minibatch_after",
-                             "accepted"}
+                             "accepted", "proposal"}  # (proposal: which transcript it ends, tests/test_transcripts.py)
     assert "budget" in store.events("r", "plan")[0]["data"]["text"]
     done = store.events("r", "done")[0]["data"]
     assert done["stop_reason"] in {r.value for r in StopReason} and done["stop_message"]

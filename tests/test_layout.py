@@ -86,14 +86,14 @@ LAYERS = [
     ("lm", ["gepetto.lm"]),
     ("program", ["gepetto.program"]),
     ("tasks and test doubles", ["gepetto.tasks", "gepetto.usertask", "gepetto.testing"]),
-    ("config", ["gepetto.config"]),
+    ("config", ["gepetto.config", "gepetto.presets"]),
     ("engine", ["gepetto.engine", "gepetto.events", "gepetto.strategies"]),
     ("services", ["gepetto.store", "gepetto.report", "gepetto.progress", "gepetto.tracking",
                   "gepetto.integrations.mlflow", "gepetto.integrations.ray"]),
     ("assembly", ["gepetto.assembly"]),
     ("runner", ["gepetto.runner"]),
-    ("api", ["gepetto.api"]),
-    ("cli and adapters", ["gepetto.cli", "gepetto.integrations.dspy", "gepetto.integrations.gepa_adapter"]),
+    ("api", ["gepetto.api", "gepetto.evaluation"]),
+    ("cli and adapters", ["gepetto.cli", "gepetto.check", "gepetto.integrations.dspy", "gepetto.integrations.gepa_adapter"]),
     ("package", ["gepetto", "gepetto.integrations"]),
 ]
 

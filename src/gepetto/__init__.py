@@ -2,7 +2,16 @@
 
 from typing import TYPE_CHECKING, Any
 
-from gepetto.api import Evaluation, build_engine, evaluate, evaluate_async, optimize, optimize_async, run_engine
+from gepetto.api import (
+    Evaluation,
+    build_engine,
+    evaluate,
+    evaluate_async,
+    evaluate_run,
+    optimize,
+    optimize_async,
+    run_engine,
+)
 from gepetto.config import ConfigError, EngineConfig
 from gepetto.engine.loop import Engine
 from gepetto.events import Callback, Event, Outcome, Result, StopReason
@@ -12,13 +21,15 @@ from gepetto.program import Context, MetricError, Rollout, Task, TraceEntry, sin
 from gepetto.types import Candidate, Example, Score
 
 if TYPE_CHECKING:
+    from gepetto.progress import ProgressDisplay
     from gepetto.testing.scripted import ScriptedLM
 
 __all__ = [
     "LM", "Callback", "Candidate", "Completion", "ConfigError", "Context", "Engine", "EngineConfig", "Evaluation",
-    "Event", "Example", "LMError", "Ledger", "MetricError", "Outcome", "Result", "Rollout", "Score", "ScriptedLM",
-    "StopReason", "Task", "TraceEntry", "Usage", "build_engine", "evaluate", "evaluate_async", "optimize",
-    "optimize_async", "run_engine", "single_instruction",
+    "Event", "Example", "LMError", "Ledger", "MetricError", "Outcome", "ProgressDisplay", "Result", "Rollout", "Score",
+    "ScriptedLM",
+    "StopReason", "Task", "TraceEntry", "Usage", "build_engine", "evaluate", "evaluate_async", "evaluate_run",
+    "optimize", "optimize_async", "run_engine", "single_instruction",
 ]
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
 
@@ -29,4 +40,10 @@ def __getattr__(name: str) -> Any:
         from gepetto.testing.scripted import ScriptedLM
 
         return ScriptedLM
+
+    # the live progress display (Rich) is imported on first use: `import gepetto` stays light
+    if name == "ProgressDisplay":
+        from gepetto.progress import ProgressDisplay
+
+        return ProgressDisplay
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,14 +46,16 @@ from gepetto.engine.strategies import (
     ParentSelector,
     label,
 )
-from gepetto.events import Callbacks, Result
+from gepetto.events import Callbacks, Result, as_callbacks
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
-from gepetto.program import Executor, Metric, Program, Rollout, run_rollout
+from gepetto.program import Executor, Metric, Program, Rollout, Task, run_rollout
 from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
 from gepetto.types import Candidate, Example
 
 if TYPE_CHECKING:
+    from gepetto.evaluation import RunEvaluation
+    from gepetto.presets import PresetName
     from gepetto.runner import StoredRun
 
 
@@ -206,6 +210,40 @@ def _engine_for(seed_candidate: SeedCandidate, trainset: Examples, metric: Metri
                         config=engine_config(args["config"], args), stop=args["stop"], **strategy_objects(args))
 
 
+def _with_preset(seed_candidate: SeedCandidate, trainset: Examples, args: dict[str, Any]) -> None:
+    """`preset=` (gepetto.presets): the budget sized to the task, unless a budget was given (keyword or config)."""
+    if args["preset"] is None:
+        return
+    from gepetto.presets import get_preset, preset_budget
+
+    get_preset(args["preset"])  # an unknown name is refused even when the budget is given
+    config = args["config"]
+    if args["budget"] is not None or (isinstance(config, EngineConfig) and "budget" in config.model_fields_set) or (
+            isinstance(config, Mapping) and "budget" in config):
+        return
+    n_components = len(args["components"] or ({"instruction": ""} if isinstance(seed_candidate, str)
+                                               else seed_candidate))
+    n_val = len(args["valset"] if args["valset"] is not None else trainset)
+    args["budget"] = preset_budget(args["preset"], n_val=n_val, n_components=n_components,
+                                   config=engine_config(config, args))
+
+
+def _progress_display(args: dict[str, Any]) -> Any:
+    """The live progress display `progress=` asks for (gepetto.progress.ProgressDisplay, the CLI's), put after the
+    user's callbacks: by default on when stderr is a terminal and no display is among the callbacks; or None."""
+    progress = args["progress"]
+    if progress is False or (progress is None and not sys.stderr.isatty()):
+        return None
+    from gepetto.progress import ProgressDisplay
+
+    callbacks = as_callbacks(args["callbacks"])
+    if progress is None and any(isinstance(c, ProgressDisplay) for c in callbacks):
+        return None
+    display = ProgressDisplay()
+    args["callbacks"] = [*callbacks, display]
+    return display
+
+
 @checked_keywords
 async def optimize_async(
     seed_candidate: SeedCandidate,
@@ -221,6 +259,8 @@ async def optimize_async(
     run: str | None = None,
     cache: CacheMode | None = None,
     tracking: TrackingName | Tracker | None = None,
+    progress: bool | None = None,
+    preset: PresetName | None = None,
     config: EngineConfig | Mapping[str, Any] | None = None,
     budget: int | None = None,
     seed: int | None = None,
@@ -274,17 +314,20 @@ async def optimize_async(
 ) -> Result:
     """Async `optimize`: same arguments, for callers already inside an event loop."""
     args = dict(locals())
+    _with_preset(seed_candidate, trainset, args)
+    display = _progress_display(args)
     tracker = _tracker(args)
-    stored = _open_stored(seed_candidate, trainset, metric, args)
-    if stored is not None:
-        with tracked(tracker, **stored.tracking_info()):
-            return await stored.run_async()
-    engine = _engine_for(seed_candidate, trainset, metric, args)
-    try:
-        with tracked(tracker, **_engine_tracking(engine, metric, args)):
-            return await engine.run()
-    finally:
-        await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run
+    with display if display is not None else contextlib.nullcontext():
+        stored = _open_stored(seed_candidate, trainset, metric, args)
+        if stored is not None:
+            with tracked(tracker, **stored.tracking_info()):
+                return await stored.run_async()
+        engine = _engine_for(seed_candidate, trainset, metric, args)
+        try:
+            with tracked(tracker, **_engine_tracking(engine, metric, args)):
+                return await engine.run()
+        finally:
+            await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run
 
 
 @checked_keywords
@@ -302,6 +345,8 @@ def optimize(
     run: str | None = None,
     cache: CacheMode | None = None,
     tracking: TrackingName | Tracker | None = None,
+    progress: bool | None = None,
+    preset: PresetName | None = None,
     config: EngineConfig | Mapping[str, Any] | None = None,
     budget: int | None = None,
     seed: int | None = None,
@@ -376,16 +421,24 @@ def optimize(
     is refused with a ConfigError (the budget may grow). `cache`: the LM response cache (docs/runs.md).
     `tracking="mlflow"` also logs the run to MLflow (params, metrics per iteration, best candidate, report;
     docs/integrations.md), or give a tracker object (gepetto.tracking); it is called after `callbacks`.
+
+    `progress`: the live display of the command line (rollouts, best score, ETA, a line per new candidate) on
+    stderr; default: on when stderr is a terminal (None), `False` for none. `preset` ("light", "medium",
+    "heavy"; gepetto.presets) sizes `budget` to the task (its validation set and components), unless a budget
+    is given.
     """
     args = dict(locals())
+    _with_preset(seed_candidate, trainset, args)
+    display = _progress_display(args)
     tracker = _tracker(args)
-    stored = _open_stored(seed_candidate, trainset, metric, args)
-    if stored is not None:
-        with tracked(tracker, **stored.tracking_info()):
-            return stored.run()
-    engine = _engine_for(seed_candidate, trainset, metric, args)
-    with tracked(tracker, **_engine_tracking(engine, metric, args)):
-        return run_engine(engine)
+    with display if display is not None else contextlib.nullcontext():
+        stored = _open_stored(seed_candidate, trainset, metric, args)
+        if stored is not None:
+            with tracked(tracker, **stored.tracking_info()):
+                return stored.run()
+        engine = _engine_for(seed_candidate, trainset, metric, args)
+        with tracked(tracker, **_engine_tracking(engine, metric, args)):
+            return run_engine(engine)
 
 
 @dataclass
@@ -457,6 +510,36 @@ def evaluate(
                 await aclose_lm(task_lm)
 
     return asyncio.run(main())
+
+
+@checked_keywords
+def evaluate_run(
+    run: str,
+    *,
+    storage: str | Path = "gepetto.sqlite",
+    split: str = "test",
+    candidates: Sequence[int | str] | None = None,
+    task: Task | None = None,
+    examples: Examples | None = None,
+    metric: Metric | None = None,
+    program: Program | None = None,
+    task_lm: LM | str | None = None,
+    max_concurrency: int | None = None,
+) -> RunEvaluation:
+    """Score a stored run's seed and best candidates (or `candidates`: indices, "seed", "best") on a split of its
+    task ("test": the held-out examples of the task's `testset`; "val", "train") and keep the scores with the run,
+    where `gepetto show`, the report and `gepetto compare` show them (`gepetto evaluate RUN` does the same).
+
+    The task is loaded as `gepetto optimize` loads it (a built-in task, or `file.py:make_task` with the run's task
+    options); for a run started here in Python give `task=` (a gepetto.Task with a testset), or `examples=` and
+    `metric=` (and `program=`). The task LM is the run's (its name, behind the run's response cache), or
+    `task_lm=`. A program or metric error scores 0; an LM that gives no answer raises LMUnavailable.
+    """
+    from gepetto.evaluation import evaluate_stored_run
+
+    return evaluate_stored_run(run, storage=storage, split=split, candidates=candidates, task=task,
+                               examples=as_examples(examples) if examples is not None else None, metric=metric,
+                               program=program, task_lm=task_lm, max_concurrency=max_concurrency)
 
 
 def run_engine(engine: Engine) -> Result:

@@ -9,6 +9,7 @@ name raises one `ConfigError` that names the field and what it accepts.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
@@ -372,14 +373,22 @@ class RunConfig(EngineConfig):
         return self.model_dump(exclude=set(SESSION_ONLY))
 
 
+def did_you_mean(name: str, accepted: list[str] | tuple[str, ...]) -> str:
+    """` (did you mean 'budget'?)` for a name close to an accepted one (a typo), else ""."""
+    close = difflib.get_close_matches(name, accepted, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def format_validation_error(exc: ValidationError, model: type[BaseModel] = RunConfig) -> str:
-    """One line per bad field: its name, what is wrong, what was given."""
+    """One line per bad field: its name, what is wrong (with the closest accepted name for an unknown one), what
+    was given."""
     lines = []
     for err in exc.errors():
         field = ".".join(str(x) for x in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = f"unknown option; accepted: {', '.join(model.model_fields)}"
+            hint = did_you_mean(str(err["loc"][-1]), list(model.model_fields)) if err["loc"] else ""
+            msg = f"unknown option{hint}; accepted: {', '.join(model.model_fields)}"
         lines.append(f"{field}: {msg} (got {err.get('input')!r})")
     what = "engine option" if model is EngineConfig else "configuration"
     return f"invalid {what}:\n  " + "\n  ".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 import warnings
@@ -46,9 +47,10 @@ from gepetto.engine.strategies import label
 from gepetto.events import Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM
+from gepetto.presets import preset_budget
 from gepetto.program import Metric, MetricError, Program, Task
 from gepetto.secrets import redact
-from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts, StoreError, dumps
+from gepetto.store.sqlite import LAST_ANSWER, RecordedLM, RunStore, StoredRollouts, StoreError, dumps
 from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
 from gepetto.types import Candidate, Example
 
@@ -77,7 +79,7 @@ def _task_kwargs(cfg: RunConfig, ledger: Ledger) -> dict[str, Any]:
 def load_run_task(cfg: RunConfig, ledger: Ledger) -> Task:
     """The Task a config names: a built-in task, or a user's task target called with the task options."""
     from gepetto.tasks import TASKS, load_task
-    from gepetto.usertask import TargetError, load_target
+    from gepetto.usertask import TargetError, UserCodeError, load_target
 
     if cfg.task.startswith(PYTHON):
         raise ConfigError(f"task {cfg.task!r} is a program given to gepetto.optimize() in Python: resume the run by "
@@ -92,6 +94,10 @@ def load_run_task(cfg: RunConfig, ledger: Ledger) -> Task:
         return load_target(cfg.task, **_option_values(cfg))
     except TargetError as exc:
         raise ConfigError(str(exc)) from None
+    except UserCodeError as exc:
+        if isinstance(exc.error, ConfigError):  # make_task's own way to say its options are wrong
+            raise ConfigError(f"{cfg.task}: {exc.error}") from exc
+        raise
 
 
 def _cached(lm: Any, storage: Path, mode: CacheMode) -> Any:
@@ -270,6 +276,7 @@ def open_run(
     reflection_lm: LM | None = None,
     strategies: Mapping[str, Any] | None = None,
     stop: Any = None,
+    preset: str | None = None,
 ) -> StoredRun:
     """Create the run `run` in the store, or reopen it to resume; the one path every stored run takes.
 
@@ -278,6 +285,8 @@ def open_run(
     says what differs (ending with `hint`). `task_lm`/`reflection_lm`: LM objects to use instead of building
     them from the config's names. `stop_file`: overrides the config's (it is this session's, never stored).
     `strategies`: strategy objects (their labels are in the config), `stop`: extra stop conditions (this session's).
+    `preset` (gepetto.presets: light, medium, heavy) sizes a new run's budget to its task, unless `budget` is in
+    `explicit`; an existing run keeps its stored budget, so a preset for it is refused.
     """
     if stop_file is not None:
         cfg = cfg.model_copy(update={"stop_file": stop_file})
@@ -288,6 +297,9 @@ def open_run(
     name = run or f"{_label(cfg.task)}-{time.strftime('%Y%m%d-%H%M%S')}"
     info = store.get_run(name)
     resumed = info is not None
+    if preset is not None and resumed:
+        raise ConfigError(f"run {name!r} exists and keeps the budget it was given; a preset sizes a new run only: "
+                          "resume it without a preset (--budget N gives it more rollouts), or start a new run")
     if info is not None:
         # a run stored before adaptive_fewshot existed had a fixed few-shot share: it resumes with one
         stored = RunConfig(**{"adaptive_fewshot": False, **info.config})
@@ -298,6 +310,10 @@ def open_run(
     task = make_task(cfg, ledger)
     if info is not None:
         _check_same_inputs(store, name, task, hint)
+    elif preset is not None and "budget" not in (explicit or set()):
+        cfg = cfg.model_copy(update={"budget": preset_budget(
+            preset, n_val=len(task.valset), n_components=len(cfg.components or task.seed_candidate),
+            config=cfg.engine_config())})
     rollouts = StoredRollouts(store, name)
     # reflection answers (and errors) are kept with the run and replayed on resume, even sampled ones and with
     # the cache off: that is what makes resume exact
@@ -305,18 +321,40 @@ def open_run(
     reflection_lm = RecordedLM(_cached(reflection_lm if reflection_lm is not None else make_lm(cfg.reflection_lm),
                                        storage, "off" if cfg.cache == "off" else "always"), store, name)
     session = len(store.events(name, "start"))
+    # the proposal each asyncio task is making (the proposals of a round run in tasks of their own): its id, parent
+    # and component, given to the reflection events so the report can show each proposal's transcript
+    proposing: dict[int, dict[str, Any]] = {}
+    counter = itertools.count()
+
+    def proposal() -> dict[str, Any]:
+        return proposing.get(id(asyncio.current_task()), {})
 
     def record(event: ev.Event) -> None:
+        if isinstance(event, (ev.RolloutFinished, ev.ReflectionAnswered, ev.ReflectionFailed, ev.LMFailed)):
+            store.save_ledger(name, ledger.to_dict())  # a kill loses no cost already incurred
         match event:
             case ev.CandidateAdded(record=rec):
                 store.put_candidate(name, rec)
-            case ev.RolloutFinished() | ev.ReflectionAnswered() | ev.ReflectionFailed() | ev.LMFailed():
-                store.save_ledger(name, ledger.to_dict())  # a kill loses no cost already incurred
+            case ev.PhaseStarted(phase="minibatch", candidate=parent, component=component):
+                proposing[id(asyncio.current_task())] = {"proposal": f"{session}.{next(counter)}", "parent": parent,
+                                                         "component": component}
+            case ev.ReflectionAnswered(attempt=attempt, rejected=rejected):
+                # the prompt and the whole answer are kept with the answer (lm_answers, under `key`)
+                store.add_event(name, event.kind, {"session": session, **proposal(), "key": LAST_ANSWER.get(),
+                                                   "attempt": attempt,
+                                                   "rejected": None if rejected is None else rejected.value})
+            case ev.ReflectionFailed(error=error):
+                store.add_event(name, event.kind, {"session": session, **proposal(), "key": LAST_ANSWER.get(),
+                                                   "error": error})
             case ev.ValidationCut(record=rec):  # not in the pool: kept as an event (snapshot, report)
                 store.add_event(name, event.kind, {"session": session, **rec.to_dict(), "evaluated": event.evaluated,
                                                    "total": event.total, "dominated_by": event.dominated_by,
                                                    "reason": event.reason})
-            case ev.ProposalTested() | ev.MergeTested():
+            case ev.ProposalTested():
+                data = {k: v for k, v in event.to_dict().items() if v is not None}
+                store.add_event(name, event.kind, {"session": session, **data,
+                                                   "proposal": proposal().get("proposal")})
+            case ev.MergeTested():
                 data = {k: v for k, v in event.to_dict().items() if v is not None}
                 store.add_event(name, event.kind, {"session": session, **data})
             case ev.PlanMade():
@@ -355,16 +393,17 @@ def start_or_resume(
     stop_file: str | None = None,
     explicit: set[str] | None = None,
     tracking: str | Tracker | None = None,
+    preset: str | None = None,
 ) -> tuple[str, Result]:
     """Run `cfg` (a built-in task or a task target) under the name `run` in the store; resume it if it exists.
 
     On resume the stored configuration wins; options in `explicit` (given by the user this time) may change
     only if they are in RESUMABLE_CHANGES, otherwise a ConfigError says which differ. `tracking` (default: the
-    config's): "mlflow" (or a tracker object) logs the run there too (gepetto.tracking).
+    config's): "mlflow" (or a tracker object) logs the run there too (gepetto.tracking). `preset`: see `open_run`.
     """
     tracker = make_tracker(tracking if tracking is not None else cfg.tracking)
     stored = open_run(cfg, storage=storage, run=run, explicit=explicit, callbacks=with_tracker(callbacks, tracker),
-                      stop_file=stop_file)
+                      stop_file=stop_file, preset=preset)
     with tracked(tracker, **stored.tracking_info()):
         return stored.name, stored.run()
 

@@ -83,7 +83,8 @@ register_backend("litellm", Backend("gepetto.lm.litellm:from_name", "litellm:PRO
                                     check=_litellm_check))
 # simulated LMs with a known optimum, for tests and benchmarks: imported on first use, so `import gepetto` stays light
 register_backend("sim", Backend("gepetto.testing.sim:lm_from_name", "sim:task or sim:reflection",
-                                {"latency": float, "noise": float, "seed": int, "max_rules": int, "forget": bool},
+                                {"latency": float, "noise": float, "seed": int, "max_rules": int, "forget": bool,
+                                 "strict": bool},
                                 models=("task", "reflection")))
 
 

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,7 @@ CREATE TABLE IF NOT EXISTS lm_answers (
     output_tokens INTEGER NOT NULL,
     estimated INTEGER NOT NULL,
     error_type TEXT,
+    messages TEXT,
     PRIMARY KEY (run, key)
 );
 """
@@ -232,6 +234,9 @@ class RunStore:
                     self._db.execute("ALTER TABLE evaluations ADD COLUMN pattern TEXT NOT NULL DEFAULT ''")
                 if "stage" not in columns:  # a store written before rollouts kept the stage of their error
                     self._db.execute("ALTER TABLE evaluations ADD COLUMN stage TEXT")
+                if "messages" not in {row[1] for row in self._db.execute("PRAGMA table_info(lm_answers)")}:
+                    # a store written before reflection prompts were kept with their answers
+                    self._db.execute("ALTER TABLE lm_answers ADD COLUMN messages TEXT")
         except (sqlite3.Error, OSError) as exc:
             raise store_error(self.path, exc) from None
         except StoreError:
@@ -370,16 +375,30 @@ class RunStore:
     def count_rollouts(self, run: str) -> int:
         return self._db.execute("SELECT COUNT(*) FROM evaluations WHERE run=?", (run,)).fetchone()[0]
 
-    def put_lm_answer(self, run: str, key: str, out: Completion | None, error: BaseException | None = None) -> None:
-        """Keep one LM answer of a run (or the error it raised instead), under its request's cache key."""
+    def put_lm_answer(self, run: str, key: str, out: Completion | None, error: BaseException | None = None,
+                      messages: Sequence[Message] | None = None) -> None:
+        """Keep one LM answer of a run (or the error it raised instead), under its request's cache key, with the
+        request's messages (redacted): what the report shows as the prompt."""
         if out is None:
             out, error_type = Completion(str(error)), type(error).__name__
         else:
             error_type = None
+        shown = dumps([dict(m) for m in messages]) if messages is not None else None
         with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO lm_answers VALUES (?,?,?,?,?,?,?,?)",
+            db.execute("INSERT OR IGNORE INTO lm_answers (run, key, text, finish_reason, input_tokens, output_tokens, "
+                       "estimated, error_type, messages) VALUES (?,?,?,?,?,?,?,?,?)",
                        (run, key, out.text, out.finish_reason, out.usage.input_tokens, out.usage.output_tokens,
-                        int(out.usage.estimated), error_type))
+                        int(out.usage.estimated), error_type, shown))
+
+    def lm_exchanges(self, run: str) -> dict[str, dict[str, Any]]:
+        """Every kept LM request of a run by key, in the order first asked: its messages (None when stored by a
+        version that did not keep them), the answer's text and finish reason, and the error type if it failed."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(lm_answers)")}
+        messages = "messages" if "messages" in columns else "NULL"  # a read-only store of an older version
+        rows = self._db.execute(f"SELECT key, {messages}, text, finish_reason, error_type FROM lm_answers "
+                                "WHERE run=? ORDER BY rowid", (run,)).fetchall()
+        return {key: {"messages": json.loads(m) if m else None, "text": text, "finish_reason": finish,
+                      "error_type": error_type} for key, m, text, finish, error_type in rows}
 
     def lm_answer(self, run: str, key: str) -> Completion | LMError | None:
         """A kept answer (as a cached Completion), the error it was (as an LMError to raise), or None."""
@@ -405,10 +424,16 @@ class RunStore:
         return [{"seq": s, "time": t, "kind": k, "data": json.loads(d)} for s, t, k, d in rows]
 
 
+# the key (in lm_answers) of the request a RecordedLM answered last in this asyncio task (each proposal of a round
+# runs in a task of its own): what links a ReflectionAnswered event to the prompt and answer stored for it
+LAST_ANSWER: ContextVar[str | None] = ContextVar("gepetto_last_answer", default=None)
+
+
 class RecordedLM:
     """A run's reflection LM: each answer, and each error other than an outage (LMUnavailable: no answer, the
-    engine asks again), is kept in the run store, and a resumed run gets the very same answers and errors
-    back, whatever the response-cache setting. That is what makes a resumed run take the same path."""
+    engine asks again), is kept in the run store with the request's messages, and a resumed run gets the very
+    same answers and errors back, whatever the response-cache setting. That is what makes a resumed run take
+    the same path. `LAST_ANSWER` holds the key of the request answered last in the calling task."""
 
     def __init__(self, lm: LM, store: RunStore, run: str) -> None:
         self.lm, self.store, self.run, self.name = lm, store, run, lm.name
@@ -419,6 +444,7 @@ class RecordedLM:
         kept = self.store.lm_answer(self.run, key)
         if kept is not None:
             self.replayed += 1
+            LAST_ANSWER.set(key)
             if isinstance(kept, LMError):
                 raise kept
             return kept
@@ -427,9 +453,11 @@ class RecordedLM:
         except LMUnavailable:
             raise
         except Exception as exc:
-            self.store.put_lm_answer(self.run, key, None, exc)
+            self.store.put_lm_answer(self.run, key, None, exc, messages=messages)
+            LAST_ANSWER.set(key)
             raise
-        self.store.put_lm_answer(self.run, key, out)
+        self.store.put_lm_answer(self.run, key, out, messages=messages)
+        LAST_ANSWER.set(key)
         return out
 
 
