@@ -192,7 +192,9 @@ class MlflowTracker:
             import mlflow
             from mlflow import MlflowClient
         except ImportError as exc:
-            raise ImportError("MLflow tracking needs mlflow: pip install 'gepetto[mlflow]'") from exc
+            from gepetto._install import install_hint
+
+            raise ImportError(f"MLflow tracking needs mlflow: {install_hint('mlflow')}") from exc
         from mlflow.entities import Param
 
         client = MlflowClient(tracking_uri=self.tracking_uri)
