@@ -51,13 +51,19 @@ def test_the_distributions_pass_twine_check(dist):
     assert out.stdout.count("PASSED") == 2, out.stdout
 
 
-def test_the_wheel_holds_the_package_data_and_no_repository_files(dist):
+def test_the_wheel_holds_the_package_data_and_the_sdist_the_sources(dist):
+    import tarfile
     import zipfile
 
     names = set(zipfile.ZipFile(dist[1]).namelist())
     assert {"gepetto/py.typed", "gepetto/report/report.css", "gepetto/report/report.js",
             "gepetto/tasks/demo.py"} <= names
     assert not any(n.startswith(("tests/", "benchmarks/", "docs/", "examples/")) for n in names)
+    with tarfile.open(dist[0]) as sdist:
+        files = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
+    assert {"src/gepetto/report/report.css", "pyproject.toml", "README.md", "NOTICE", "docs/data.md",
+            "tests/test_wheel.py", "examples/dspy_program.py", "benchmarks/tasks.py"} <= files
+    assert not any(n.startswith("benchmarks/results/") for n in files)  # the measured results stay in the repository
 
 
 def test_the_wheel_runs_the_demo_in_a_fresh_venv_outside_the_repository(dist, tmp_path):
