@@ -91,6 +91,7 @@ def test_the_wheel_runs_the_demo_in_a_fresh_venv_outside_the_repository(dist, tm
     gepetto = venv / "bin" / "gepetto"  # the console script of the wheel
     assert shutil.which("gepetto", path=str(venv / "bin")) == str(gepetto)
     demo = _run([gepetto, "demo", "--budget", "20"], cwd=work, timeout=3600, env=env)
+    print(demo.stdout[-3000:])  # the demo's own summary, for `pytest -s`
     m = re.search(r"validation: seed ([\d.]+) -> best ([\d.]+); (\d+)/20 rollouts", demo.stdout)
     assert m is not None, demo.stdout
     assert float(m.group(2)) >= float(m.group(1)) and int(m.group(3)) <= 20
