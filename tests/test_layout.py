@@ -82,7 +82,7 @@ def test_import_gepetto_loads_no_test_double():
 # Bottom first. A module belongs to the layer of the longest prefix naming it; `import gepetto` (the package) is on
 # top. Every import counts: at module level, inside a function, and under TYPE_CHECKING.
 LAYERS = [
-    ("types", ["gepetto.types", "gepetto.secrets", "gepetto.ledger"]),
+    ("types", ["gepetto.types", "gepetto.secrets", "gepetto.ledger", "gepetto._install"]),
     ("lm", ["gepetto.lm"]),
     ("program", ["gepetto.program"]),
     ("tasks and test doubles", ["gepetto.tasks", "gepetto.usertask", "gepetto.testing"]),
@@ -93,7 +93,8 @@ LAYERS = [
     ("assembly", ["gepetto.assembly"]),
     ("runner", ["gepetto.runner"]),
     ("api", ["gepetto.api", "gepetto.evaluation"]),
-    ("cli and adapters", ["gepetto.cli", "gepetto.check", "gepetto.integrations.dspy", "gepetto.integrations.gepa_adapter"]),
+    ("cli and adapters", ["gepetto.cli", "gepetto.check", "gepetto.integrations.dspy",
+                          "gepetto.integrations.gepa_adapter"]),
     ("package", ["gepetto", "gepetto.integrations"]),
 ]
 

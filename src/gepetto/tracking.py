@@ -40,7 +40,9 @@ def make_tracker(tracking: str | Tracker | None) -> Tracker | None:
     if isinstance(tracking, str):
         if tracking == "mlflow":
             if importlib.util.find_spec("mlflow") is None:
-                raise ImportError("tracking='mlflow' needs mlflow: pip install 'gepetto[mlflow]'")
+                from gepetto._install import install_hint
+
+                raise ImportError(f"tracking='mlflow' needs mlflow: {install_hint('mlflow')}")
             from gepetto.integrations.mlflow import MlflowTracker
 
             return MlflowTracker()

@@ -44,7 +44,9 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ImportError("executor='ray' needs Ray: pip install 'gepetto[ray]'") from None
+        from gepetto._install import install_hint
+
+        raise ImportError(f"executor='ray' needs Ray: {install_hint('ray')}") from None
     return ray
 
 

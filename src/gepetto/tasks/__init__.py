@@ -51,6 +51,10 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("GEPETTO_DATA_DIR", "../shared/data"))
 
 
+# where a user learns which files a benchmark task reads, where they come from and under which licence
+DATA_DOC = "docs/data.md in the gepetto repository"
+
+
 def load_task(name: str, **options: Any) -> Task:
     """Load a built-in task by name; options go to the task's loader (data_dir, seed, split sizes, LMs)."""
     if name not in TASKS:
@@ -58,4 +62,10 @@ def load_task(name: str, **options: Any) -> Task:
     module = importlib.import_module(TASKS[name])
     for key, value in _VARIANTS.get(name, {}).items():
         options.setdefault(key, value)
-    return module.load(**options)
+    try:
+        return module.load(**options)
+    except FileNotFoundError as exc:  # a benchmark's data files are not shipped: say where they come from
+        if DATA_DOC in str(exc):
+            raise
+        raise FileNotFoundError(f"{exc}. gepetto does not ship the data of task {name!r}: {DATA_DOC} says where to "
+                                "get its files, under which licence, and where to put them") from exc
