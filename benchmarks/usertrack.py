@@ -49,7 +49,7 @@ from gepetto.tasks import load_task
 from gepetto.types import Candidate, Example, Score
 
 TASK_LM, REFLECTION_LM = "local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b"
-TASKS = ["clinc-banking", "clinc-kitchen", "clinc-credit-oos", "clinc-work-oos", "snips-weather", "gsm8k"]
+TASKS = ["clinc-banking", "clinc-kitchen", "clinc-credit-oos", "clinc-work-oos", "snips-weather", "gsm8k-plain"]
 LOCKED_ONLY = {"clinc-home", "clinc-auto"}
 # task loader options: each task's fixed splits (data seed 0) and, for the new task types, their expert form
 TASK_OPTIONS: dict[str, dict[str, Any]] = {"snips-weather": {"expert_form": "examples"}}
@@ -61,6 +61,9 @@ def task_of(name: str, split: str) -> Any:
 
 
 def _render(value: Any) -> str:
+    """A gold or an output as a user's feedback line quotes it (a math gold: its answer, not its solution)."""
+    if isinstance(value, dict) and set(value) == {"answer", "solution"}:
+        value = value["answer"]
     if isinstance(value, str):
         return repr(value.strip())
     return json.dumps(value, ensure_ascii=False)
@@ -126,8 +129,8 @@ def run(name: str, metric: str, seed: int, budget: int, storage: Path, options: 
     counts: dict[str, Any] = {"reflections": 0, "usable": 0, "route": None}
 
     def on_event(event: ev.Event) -> None:
-        if isinstance(event, ev.RouteChosen):
-            counts["route"] = event.describe()
+        if type(event).__name__ == "RouteChosen":  # (a gepetto before routes has none)
+            counts["route"] = event.describe()  # type: ignore[attr-defined]
         elif isinstance(event, ev.ReflectionAnswered):
             counts["reflections"] += 1
             counts["usable"] += event.rejected is None
@@ -155,6 +158,26 @@ def run(name: str, metric: str, seed: int, budget: int, storage: Path, options: 
     return row
 
 
+def gepa(name: str, metric: str, seed: int, budget: int, storage: Path) -> dict[str, Any]:
+    """The reference `gepa` (0.1.4) on the same task, LMs, splits, budget and user metric (benchmarks/compare)."""
+    import dataclasses
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from compare.gepa_side import run_gepa
+
+    task = task_of(name, "dev")
+    as_user = dataclasses.replace(task, metric=user_metric(task, metric))
+    t0 = time.perf_counter()
+    rec = run_gepa(as_user, CachedLM(_lm(), storage), make_lm(REFLECTION_LM), budget=budget, seed=seed)
+    row: dict[str, Any] = {"kind": "gepa", "task": name, "metric": metric, "seed": seed, "budget": budget,
+                           "seed_val": rec.seed_val, "best_val": rec.best_val, "rollouts": rec.rollouts_counted,
+                           "seconds": round(time.perf_counter() - t0), "best": dict(rec.best_candidate),
+                           "run": f"gepa-{name}-{metric}-s{seed}"}
+    if name not in LOCKED_ONLY:
+        row["dev_test"] = asyncio.run(_score(task, Candidate(rec.best_candidate), task.testset, storage))
+    return row
+
+
 def locked(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
     """The first look at the locked split: the baselines, then every stored run's best candidate of this task in
     the log (and the rows of `extra` candidates: the recipe's and the earlier default's stored best prompts)."""
@@ -164,11 +187,12 @@ def locked(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
     out = [{**baselines(name, storage, "locked"), "kind": "locked-baselines", "first_look": not looked}]
     seen: set[str] = set()
     for r in rows:
-        if r["kind"] in ("run", "candidate") and r["task"] == name and json.dumps(r["best"]) not in seen:
+        if r["kind"] in ("run", "gepa", "candidate") and r["task"] == name and json.dumps(r["best"]) not in seen:
             seen.add(json.dumps(r["best"]))
             score = asyncio.run(_score(task, Candidate(r["best"]), task.testset, storage))
             out.append({"kind": "locked", "task": name, "of": r.get("run") or r.get("label"), "metric": r.get("metric"),
-                        "label": r.get("label"), "locked_test": score, "first_look": not looked})
+                        "system": r["kind"], "label": r.get("label"), "seed": r.get("seed"), "locked_test": score,
+                        "first_look": not looked})
     return out
 
 
@@ -208,7 +232,7 @@ def _option(item: str) -> tuple[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["baselines", "run", "locked", "table"])
+    ap.add_argument("what", choices=["baselines", "run", "gepa", "locked", "table"])
     ap.add_argument("--tasks", nargs="+", default=TASKS)
     ap.add_argument("--metric", default="plain", choices=["plain", "float", "builtin"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
@@ -240,6 +264,9 @@ def main() -> None:
             if name in LOCKED_ONLY:
                 raise SystemExit(f"{name} is locked-only: its baselines are scored by `locked`")
             write(baselines(name, storage, "dev"))
+        elif args.what == "gepa":
+            for seed in args.seeds:
+                write(gepa(name, args.metric, seed, args.budget, storage))
         else:
             for seed in args.seeds:
                 write(run(name, args.metric, seed, args.budget, storage, options, args.label))

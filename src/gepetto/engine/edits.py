@@ -296,10 +296,13 @@ def describes_another(rule: str, answer: str, others: Iterable[str], current: st
 
 
 def alternatives(rule: str) -> list[str]:
-    """The conditions a rule joins with "or" ("If the customer asks about A or says B, answer Z." gives "asks about
-    A" and "says B"), each to be checked on its own: one line must not send two kinds of request to one answer."""
+    """The conditions a rule joins with "or" ("If the customer asks about A, B or C, answer Z." gives "the customer
+    asks about A", "B" and "C"), each to be checked on its own: one line must not send two kinds of request to one
+    answer."""
     condition = re.sub(r"^\s*if\s+", "", re.split(r",\s*(?:then\s+)?answer\b", rule, flags=re.I)[0], flags=re.I)
-    parts = [p.strip() for p in re.split(r"\s*(?:;|,?\s+\bor\b\s+)\s*", condition) if p.strip()]
+    if not re.search(r"\bor\b|;", condition):
+        return []
+    parts = [p.strip() for p in re.split(r"\s*(?:;|,\s*(?:or\s+)?|\s+\bor\b\s+)\s*", condition) if p.strip()]
     return parts if len(parts) > 1 else []
 
 

@@ -16,8 +16,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 # A candidate is the best only on evidence that it beats the seed: a one-sided sign test over the validation
-# examples on which the two differ, at this level (a gain of one or two examples out of 30-40 is not enough).
+# examples on which the two differ, at this level (a gain of one or two examples out of 30-40 is not enough);
+# with fewer validation examples than EVIDENCE_MIN no gain could show evidence, and the highest mean is the best.
 EVIDENCE_LEVEL = 0.2
+EVIDENCE_MIN = 10
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -29,7 +31,9 @@ def sign_test(wins: int, losses: int) -> float:
 
 def beats(row: np.ndarray, base: np.ndarray, level: float = EVIDENCE_LEVEL) -> bool:
     """Whether score vector `row` beats `base` on evidence: more examples won than lost, by a margin the sign test
-    puts at or below `level`."""
+    puts at or below `level` (any row, on fewer than EVIDENCE_MIN examples)."""
+    if len(base) < EVIDENCE_MIN:
+        return True
     wins, losses = int(np.sum(row > base)), int(np.sum(row < base))
     return wins > losses and sign_test(wins, losses) <= level
 

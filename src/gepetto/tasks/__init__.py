@@ -16,6 +16,7 @@ TASKS: dict[str, str] = {
     "ifbench": "gepetto.tasks.ifbench",
     "pupa": "gepetto.tasks.pupa",
     "gsm8k": "gepetto.tasks.math",
+    "gsm8k-plain": "gepetto.tasks.math",  # a seed with the answer format only: reasoning is the headroom
     "aime": "gepetto.tasks.math",
     "clinc-banking": "gepetto.tasks.intents",  # real track: cheap rollouts, measured headroom
     "clinc-credit-oos": "gepetto.tasks.intents",
@@ -33,6 +34,7 @@ TASKS: dict[str, str] = {
 # options that make one module's task into a named variant
 _VARIANTS: dict[str, dict[str, Any]] = {
     "gsm8k": {"dataset": "gsm8k"},
+    "gsm8k-plain": {"dataset": "gsm8k", "seed_form": "plain", "n_train": 30, "n_val": 30, "n_test": 100},
     "aime": {"dataset": "aime"},
     "clinc-banking": {"domain": "banking", "oos": False},
     "clinc-credit-oos": {"domain": "credit_cards", "oos": True},

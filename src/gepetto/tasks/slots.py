@@ -205,10 +205,15 @@ def _folder(data_dir: Any) -> Path:
 
 def load(
     data_dir: Any = None, *, seed: int = 0, intent: str = "BookRestaurant",
-    n_train: int = 60, n_val: int = 30, n_test: int = 100, expert_form: str = "definitions", **_: Any,
+    n_train: int = 60, n_val: int = 30, n_test: int = 100, expert_form: str = "definitions", test_split: str = "dev",
+    n_locked: int = 300, **_: Any,
 ) -> Task:
     """A SNIPS slot-filling task for one intent (BookRestaurant or GetWeather); test has at most `n_test`
-    examples (the held-out file has 100 per intent, less the utterances that also occur in train)."""
+    examples (the held-out file has 100 per intent, less the utterances that also occur in train).
+    `test_split="locked"` gives `n_locked` utterances of the training file that train and val do not use, kept to
+    be scored once, when a result is reported."""
+    if test_split not in ("dev", "locked"):
+        raise ValueError(f"test_split must be 'dev' or 'locked', got {test_split!r}")
     if intent not in SLOTS:
         raise ValueError(f"no hand-written slot definitions for intent {intent!r}; intents: {sorted(SLOTS)}")
     folder = _folder(data_dir)
@@ -242,7 +247,8 @@ def load(
         seed_candidate=Candidate(instruction=seed_instruction(intent)),
         trainset=[ex("train", *r) for r in train_val[:n_train]],
         valset=[ex("val", *r) for r in train_val[n_train:n_train + n_val]],
-        testset=[ex("test", *r) for r in test[:n_test]],
+        testset=[ex("test", *r) for r in test[:n_test]] if test_split == "dev" else
+        [ex("locked", *r) for r in train_val[n_train + n_val:n_train + n_val + n_locked]],
         description=f"SNIPS {intent}: utterance -> JSON of slots ({len(SLOTS[intent])} slot types), F1 over slots.",
         expert_candidate=Candidate(instruction=expert_instruction(intent, expert_form)),
         baseline="{}",
