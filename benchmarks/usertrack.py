@@ -178,6 +178,33 @@ def gepa(name: str, metric: str, seed: int, budget: int, storage: Path) -> dict[
     return row
 
 
+STORED_NAMES = {"clinc-kitchen_and_dining": "clinc-kitchen", "clinc-credit_cards-oos": "clinc-credit-oos"}
+
+
+def stored_prompts() -> list[dict[str, Any]]:
+    """The best prompts stored by earlier real-track runs, as `candidate` rows to score on the locked split: the
+    recipe (v19: edit, fewshot 4, 3 rules, current-best, definitions 60; CLINC's own metric with its pattern) and
+    the default of before this issue (rewrite with adaptive demonstrations), both as measured then."""
+    import gzip
+
+    results = Path(__file__).parent / "results"
+    rows = []
+    with gzip.open(results / "realtrack.jsonl.gz", "rt") as f:
+        for line in f:
+            r = json.loads(line) if line.strip() else {}
+            if r.get("kind") == "run" and r.get("label") == "fewshot4-rules3-best-def60@76d9d08":
+                rows.append({"kind": "candidate", "task": r["task"], "label": "recipe v19 (builtin metric)",
+                             "seed": r["seed"], "best": r["best"], "run": f"realtrack v19 s{r['seed']}"})
+    for r in json.loads((results / "efficiency_clinc.json").read_text())["runs"]:
+        if r["system"] == "gepetto-fewshot-default":
+            best = r["best_candidate"]
+            rows.append({"kind": "candidate", "task": STORED_NAMES.get(r["task"], r["task"]),
+                         "label": "default before issue 36 (builtin metric)", "seed": int(r["seed"]),
+                         "best": json.loads(best) if isinstance(best, str) else best,
+                         "run": f"efficiency_clinc gepetto-fewshot-default s{r['seed']}"})
+    return rows
+
+
 def locked(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
     """The first look at the locked split: the baselines, then every stored run's best candidate of this task in
     the log (and the rows of `extra` candidates: the recipe's and the earlier default's stored best prompts)."""
@@ -232,7 +259,7 @@ def _option(item: str) -> tuple[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["baselines", "run", "gepa", "locked", "table"])
+    ap.add_argument("what", choices=["baselines", "run", "gepa", "stored", "locked", "table"])
     ap.add_argument("--tasks", nargs="+", default=TASKS)
     ap.add_argument("--metric", default="plain", choices=["plain", "float", "builtin"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
@@ -256,6 +283,10 @@ def main() -> None:
         with open(log, "a") as f:
             f.write(json.dumps(row) + "\n")
 
+    if args.what == "stored":
+        for row in stored_prompts():
+            write(row)
+        return
     for name in args.tasks:
         if args.what == "locked":
             for row in locked(name, storage, log):
