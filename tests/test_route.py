@@ -116,3 +116,18 @@ def test_answering_components_are_those_whose_answer_is_the_programs():
 def test_every_component_at_once_takes_the_rewrite_route():
     answers = AnswerSet(tuple(LABELS), "golds")
     assert route.choose(answers, ("a",), [], one_component=False).name == "rewrite"
+
+
+def test_show_and_the_report_say_which_route_the_run_took(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gepetto.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    gepetto.optimize("Classify the message.", _examples(24, "train"), _metric, valset=_examples(12, "val"),
+                     task_lm=ScriptedLM(_classifier), reflection_lm=ScriptedLM(_rule_writer), budget=60,
+                     storage="s.sqlite", run="r")
+    shown = CliRunner().invoke(app, ["show", "r", "--storage", "s.sqlite"], env={"COLUMNS": "300"}).output
+    assert "route labels: 4 answers from the golds" in shown
+    CliRunner().invoke(app, ["report", "r", "--storage", "s.sqlite", "-o", "r.html"])
+    assert "route labels: 4 answers from the golds" in (tmp_path / "r.html").read_text()

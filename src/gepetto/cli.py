@@ -526,6 +526,8 @@ def show(run: str, storage: str = StorageOpt) -> None:
     if res["best_score"] is None:
         console.print("no candidate has been validated yet")
         return
+    if snap.get("route"):
+        console.print(_t(snap["route"]), highlight=False)
     console.print(f"validation: seed {res['seed_score']:.3f} -> best {res['best_score']:.3f}; "
                   f"{res['rollouts_used']}/{res['budget']} rollouts; stopped: {_t(res['stop_message'])}")
     for evaluation in snap.get("evaluations", {}).values():

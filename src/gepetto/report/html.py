@@ -180,6 +180,7 @@ class _View:
         self.transcripts: list[Mapping[str, Any]] | None = (None if snapshot.get("transcripts") is None
                                                              else list(snapshot.get("transcripts") or []))
         self.evaluations: Mapping[str, Any] = snapshot.get("evaluations") or {}
+        self.route: str | None = snapshot.get("route")  # the route an "auto" run took (engine/route.py)
         cands = []
         for pos, c in enumerate(self.result.get("candidates") or []):
             idx = c.get("index", pos)
@@ -272,6 +273,9 @@ def _header(view: _View) -> str:
     code = f' <span class="muted small">({_e(reason.value)})</span>' if reason and reason.value != stop else ""
     stop_html = (f'<div class="stat"><div class="k">stopped because</div><div class="v smallv">{_e(stop)}{code}</div>'
                  f'</div>' if stop else "")
+    route = view.route
+    route_html = (f'<div class="stat"><div class="k">route</div><div class="v smallv">{_e(route)}</div></div>'
+                  if route else "")
     config = run.get("config")
     config_html = ""
     if config:
@@ -285,7 +289,7 @@ def _header(view: _View) -> str:
         f'<header class="card"><div class="title-row"><h1>{_e(run.get("name") or "gepetto run")}</h1>'
         f'<span class="badge status-{scls}" id="run-status">{_e(status)}</span></div>'
         f'<div class="meta">{meta_html}</div>'
-        f'<div class="stats">{stat_html}{stop_html}</div>{config_html}<nav class="toc">{nav}</nav></header>'
+        f'<div class="stats">{stat_html}{stop_html}{route_html}</div>{config_html}<nav class="toc">{nav}</nav></header>'
     )
 
 

@@ -29,7 +29,9 @@ def run_snapshot(store: RunStore, name: str, n_samples: int = 8, *, transcripts:
            "updated": info.updated, "config": info.config, "task": info.config.get("task", ""),
            "task_lm": info.config.get("task_lm", ""), "reflection_lm": info.config.get("reflection_lm", "")}
     events = store.events(name)
-    snapshot = {"run": run, "result": result, "samples": samples, "evaluations": latest_evaluations(events)}
+    routes = [e["data"].get("text") for e in events if e["kind"] == "route"]  # the route of an "auto" run
+    snapshot = {"run": run, "result": result, "samples": samples, "evaluations": latest_evaluations(events),
+                "route": routes[-1] if routes else None}
     if transcripts:
         snapshot["transcripts"] = reflection_transcripts(events, store.lm_exchanges(name), result)
     return snapshot
