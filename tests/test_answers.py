@@ -101,3 +101,17 @@ def test_the_draft_finds_answers_from_a_user_metric():
             for out in [e.gold if int(e.id[1:]) % 3 else "balance"]]
     found = edits.positives(runs, "card_declined", set(), 1.0, random.Random(0), diagnosis=diag)
     assert found and all(by_id[r.example_id].gold == "card_declined" for r in found)
+
+
+def test_reflection_sees_the_gold_when_a_bare_float_metric_says_nothing_of_it():
+    from gepetto.engine.reflect import reflective_examples, with_gold
+    from gepetto.program import TraceEntry
+
+    ex = Example({"q": "12 + 30?"}, gold="42", id="q1")
+    wrong = Rollout("q1", Score.coerce(0.0), "40", [TraceEntry("solve", "12 + 30?", "40")])
+    (shown,) = reflective_examples([wrong], "solve", [ex])
+    assert shown.feedback == "The output is wrong (score 0).\nExpected: 42"
+    told = Rollout("q1", Score(0.0, "Incorrect: the answer is 42."), "40")
+    assert with_gold(told.score.feedback, told, ex) == told.score.feedback  # already says it: nothing added
+    right = Rollout("q1", Score.coerce(1.0), "42")
+    assert with_gold(right.score.feedback, right, ex) == right.score.feedback

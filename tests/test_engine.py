@@ -611,6 +611,21 @@ def test_proposals_of_a_round_claim_their_texts_in_plan_order():
     assert result.proposals[Outcome.ALREADY_TRIED] == 1
 
 
+def test_a_proposal_that_gives_up_early_does_not_let_a_later_one_claim_first():
+    # the first and third proposals of the round write the same text, the third's answer first; the second gives
+    # up at once (an empty answer, asked once): the third must still wait for the first
+    async def reflect(messages, params):
+        if _iteration(params) == 1:
+            await asyncio.sleep(0.05)
+            return PERFECT
+        return "" if _iteration(params) == 2 else PERFECT
+
+    result = run(reflection=ScriptedLM(reflect), budget=200, proposals_per_round=3, use_merge=False,
+                 reflection_attempts=1, fewshot=0)
+    assert [c.iteration for c in result.candidates][:2] == [0, 1]  # the first planned proposal owns the text
+    assert result.proposals[Outcome.ALREADY_TRIED] == 1
+
+
 class FlakyTaskLM(sim.SimTaskLM):
     """The simulated task LM behind an endpoint that fails (no answer at all) when `down(n, tries)` says so:
     n counts all calls, tries the calls of this very request."""

@@ -46,6 +46,7 @@ from gepetto.engine.reflect import (
     echo_fraction,
     has_scaffolding,
     whole_run,
+    with_gold,
 )
 from gepetto.engine.reflect import ReflectionExample as Shown
 from gepetto.lm.base import Message
@@ -135,7 +136,7 @@ def shown(rollout: Rollout, component: str, limit: int = 600, example: Example |
     if calls:
         inputs = "\n".join(t.inputs for t in calls)
         output = "\n".join(t.output for t in calls)
-        feedback = component_feedback(rollout, calls)
+        feedback = with_gold(component_feedback(rollout, calls), rollout, example)
     else:
         run = whole_run(rollout, example)
         inputs, output, feedback = run.inputs, run.output, run.feedback

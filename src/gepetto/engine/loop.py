@@ -71,11 +71,21 @@ class _Plan:
 
 @dataclass
 class _Turn:
-    """Proposals of a round claim their texts in plan order: each waits until the one before has claimed a text
-    or given up, so which proposal owns a text never depends on which reflection answer arrived first."""
+    """Proposals of a round claim their texts in plan order: each waits until the ones before it have claimed a
+    text or given up, so which proposal owns a text never depends on which reflection answer arrived first. A
+    proposal that gives up early passes its turn on only once the one before it has (`pass_on`): else a later
+    proposal could claim a text an earlier one is still to claim."""
 
-    before: asyncio.Event | None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    before: asyncio.Future | None
+    done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def pass_on(self) -> None:
+        if self.done.done():
+            return
+        if self.before is None or self.before.done():
+            self.done.set_result(None)
+        else:
+            self.before.add_done_callback(lambda _: self.pass_on())
 
 
 class Engine:
@@ -320,7 +330,7 @@ class Engine:
             try:
                 return await self._try_proposal(plan, turn)
             finally:
-                turn.done.set()  # gave up before claiming a text (or failed): the next proposal may decide
+                turn.pass_on()  # gave up before claiming a text (or failed): the next may decide after the earlier
 
         self._settled, self._settled_tried = frozenset(st.rollouts), frozenset(self._tried)
         turns: list[_Turn] = []
@@ -452,11 +462,11 @@ class Engine:
     async def _claim(self, child: Candidate, turn: _Turn | None) -> bool:
         """Mark `child` as tried; False if it already was. Within a round, in plan order (see `_Turn`)."""
         if turn is not None and turn.before is not None:
-            await turn.before.wait()
+            await asyncio.shield(turn.before)  # (shielded: a stop that cancels this proposal leaves the chain whole)
         fresh = child.id not in self._tried
         self._tried.add(child.id)
         if turn is not None:
-            turn.done.set()
+            turn.pass_on()
         return fresh
 
     async def _merge_step(self) -> None:

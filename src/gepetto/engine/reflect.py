@@ -170,12 +170,24 @@ def reflective_examples(
         calls = [t for t in r.trace if t.component == component]
         if calls:
             out.append(ReflectionExample("\n---\n".join(t.inputs for t in calls),
-                                         "\n---\n".join(t.output for t in calls), component_feedback(r, calls),
+                                         "\n---\n".join(t.output for t in calls),
+                                         with_gold(component_feedback(r, calls), r, by_id.get(r.example_id)),
                                          r.score.value))
         else:
             out.append(whole_run(r, by_id.get(r.example_id)))
     # failures first: they carry the lessons; at equal score the component's own trace before a whole run
     return sorted(out, key=lambda e: (e.score, e.whole_run))
+
+
+def with_gold(feedback: str, rollout: Rollout, example: Example | None, limit: int = 300) -> str:
+    """The feedback of a failed rollout, with the example's gold after it when the feedback does not already show
+    it (a bare-float metric's automatic line says nothing of what was expected)."""
+    if example is None or example.gold is None or rollout.score.value >= 1.0:
+        return feedback
+    gold = render_value(example.gold).strip()
+    if not gold or gold in feedback or (isinstance(example.gold, str) and example.gold.strip() in feedback):
+        return feedback
+    return f"{feedback}\nExpected: {clip(gold, limit)}"
 
 
 def component_feedback(rollout: Rollout, calls: Sequence[TraceEntry]) -> str:
@@ -194,7 +206,8 @@ def whole_run(rollout: Rollout, example: Example | None) -> ReflectionExample:
         output = f"(no output: the {rollout.stage or 'program'} raised {rollout.error})"
     else:
         output = "(no output)"
-    return ReflectionExample(inputs, output, rollout.score.feedback, rollout.score.value, whole_run=True)
+    return ReflectionExample(inputs, output, with_gold(rollout.score.feedback, rollout, example), rollout.score.value,
+                             whole_run=True)
 
 
 def shorten_messages(text: str, limit: int) -> list[Message]:
