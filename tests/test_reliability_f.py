@@ -157,11 +157,15 @@ from gepetto.store.sqlite import RunInUse
 from gepetto.testing import sim
 storage, here, me = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
 t = sim.task(n_train=6, n_val=6, kinds=3)
+def program(candidate, example, ctx):  # the run is held until the other process has been answered
+    while not (here / "release").exists():
+        time.sleep(0.01)
+    return t.program(candidate, example, ctx)
 (here / f"ready-{me}").touch()
 while not (here / "go").exists():
     time.sleep(0.005)
 try:
-    res = gepetto.optimize(t.seed_candidate, t.trainset, t.metric, valset=t.valset, program=t.program,
+    res = gepetto.optimize(t.seed_candidate, t.trainset, t.metric, valset=t.valset, program=program,
                            task_lm="sim:task", reflection_lm="sim:reflection", budget=40, storage=storage, run="same")
     print("ran", res.rollouts_used)
 except RunInUse as exc:
@@ -176,6 +180,11 @@ def test_f1_two_processes_starting_one_new_run_at_once_one_runs_one_is_refused(t
     for me, proc in zip("ab", procs, strict=True):
         _wait_for(tmp_path / f"ready-{me}", proc)
     (tmp_path / "go").touch()
+    deadline = time.monotonic() + 240
+    while all(p.poll() is None for p in procs):  # one of them is refused and ends; the other holds the run
+        assert time.monotonic() < deadline, "neither process ended"
+        time.sleep(0.02)
+    (tmp_path / "release").touch()
     outs = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
     said = sorted(o.strip().split(" ")[0] for o, _ in outs)
@@ -258,7 +267,7 @@ def test_f3_an_input_the_endpoint_always_fails_on_is_a_failed_rollout_and_the_ru
         task = sim.task(n_train=12, n_val=12, kinds=6)
         results = []
         for budget in (60, 120):  # then resumed
-            task_lm = OpenAILM("task", base_url=srv.url, max_retries=1, backoff=0.01, timeout=10)
+            task_lm = OpenAILM("task", base_url=srv.url, max_retries=1, backoff=0.01, timeout=30)
             results.append(gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                                             program=task.program, task_lm=task_lm, reflection_lm="sim:reflection",
                                             budget=budget, lm_retry_pause=0, max_lm_failures=3,
