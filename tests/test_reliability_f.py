@@ -212,6 +212,17 @@ def test_f2_a_lone_surrogate_in_a_task_answer_is_stored_and_resumed(tmp_path, ca
     assert "answer-1 \ufffd" in outputs  # the half emoji became U+FFFD, at the edge
 
 
+def test_f2_a_lone_surrogate_in_an_example_is_made_valid_where_it_enters(tmp_path):
+    # repros/data/hostile.py input_surrogate: UnicodeEncodeError when the stored run wrote its examples
+    train = [Example({"q": f"question {i} kind {i % 2} \udcff"}, gold=f"answer-{i}") for i in range(4)]
+    assert train[0].inputs["q"].endswith("\ufffd")
+    data = {"q": "question 0 kind 0"}
+    assert Example(data).inputs is data  # valid data is kept as given
+    result = gepetto.optimize("Answer the question.", train, sim.metric, task_lm="sim:task",
+                              reflection_lm="sim:reflection", budget=24, storage=tmp_path / "s.sqlite", run="r")
+    assert result.best_score == 1.0
+
+
 def _reflection_adding(text: str):
     inner = SimReflectionLM()
 

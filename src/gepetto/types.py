@@ -30,6 +30,21 @@ def valid_text(text: str) -> str:
     return text
 
 
+def valid_data(value: Any) -> Any:
+    """`value` itself when every string in it (through mappings, lists, tuples) is valid Unicode; else a copy with
+    them made valid (`valid_text`): data that enters gepetto can then be sent, hashed and stored as UTF-8."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, Mapping):
+        items = [(valid_data(k), valid_data(v)) for k, v in value.items()]
+        same = all(a is k and b is v for (a, b), (k, v) in zip(items, value.items(), strict=True))
+        return value if same else dict(items)
+    if isinstance(value, (list, tuple)):
+        parts = [valid_data(v) for v in value]
+        return value if all(a is b for a, b in zip(parts, value, strict=True)) else type(value)(parts)
+    return value
+
+
 # C0 and C1 control characters but tab, newline and carriage return: nothing a prompt needs, and NUL ends C strings
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
@@ -135,6 +150,9 @@ class Example:
     def __post_init__(self) -> None:
         if not isinstance(self.inputs, Mapping):
             object.__setattr__(self, "inputs", {"input": self.inputs})
+        # text entering gepetto is valid Unicode (a lone surrogate becomes U+FFFD); valid data is kept as given
+        object.__setattr__(self, "inputs", valid_data(self.inputs))
+        object.__setattr__(self, "gold", valid_data(self.gold))
         if not self.id:
             data = {"inputs": canonical(dict(self.inputs)), "gold": canonical(self.gold, "gold")}
             object.__setattr__(self, "id", _stable_hash(data))
