@@ -5,8 +5,8 @@
 gepetto.lm.cpu loads models without the extra buffer types where they crash (a CPU that advertises AMX without
 enabling it); this measures what that fallback costs where both paths run. Each measurement is a fresh subprocess
 (one model load), the two paths interleaved (on, off, on, off, ...) so that a change in the machine's load hits
-both alike: load time, prompt processing (a ~300-token prompt in one batch) and decoding (64 greedy tokens), in
-llama.cpp's own timings (llama_perf_context), with `--threads` llama.cpp threads. The answers of the two paths are
+both alike: load time, prompt processing (a ~260-token prompt in one batch) and decoding (64 greedy tokens), in
+wall time and in the process's CPU time, with `--threads` llama.cpp threads. The answers of the two paths are
 compared too.
 """
 
@@ -27,7 +27,6 @@ from typing import Any
 CHILD = r"""
 import json, sys, time
 import llama_cpp
-import llama_cpp.llama_cpp as native
 from gepetto.lm.cpu import extra_bufts
 path, extra, n_out, threads = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
 t0 = time.perf_counter()
@@ -38,11 +37,18 @@ assert llm.model_params.use_extra_bufts == extra
 prompt = ("Customer message: I would like to order three boxes of green tea and two packs of oat biscuits, "
           "delivered to 12 Rue des Lilas before Friday. ") * 8 + "Extract the order as JSON:"
 tokens = llm.tokenize(prompt.encode())
-native.llama_perf_context_reset(llm.ctx)
-out = llm.create_completion(prompt, max_tokens=n_out, temperature=0.0, stop=[])
-perf = native.llama_perf_context(llm.ctx)
-print(json.dumps({"load_s": load, "prompt_tokens": perf.n_p_eval, "prompt_ms": perf.t_p_eval_ms,
-                  "decode_tokens": perf.n_eval, "decode_ms": perf.t_eval_ms, "text": out["choices"][0]["text"]}))
+c0, w0 = time.process_time(), time.perf_counter()
+llm.eval(tokens)
+c1, w1 = time.process_time(), time.perf_counter()
+out = []
+for _ in range(n_out):
+    token = llm.sample(temp=0.0)
+    out.append(token)
+    llm.eval([token])
+c2, w2 = time.process_time(), time.perf_counter()
+print(json.dumps({"load_s": load, "prompt_tokens": len(tokens), "prompt_s": w1 - w0, "prompt_cpu_s": c1 - c0,
+                  "decode_tokens": n_out, "decode_s": w2 - w1, "decode_cpu_s": c2 - c1,
+                  "text": llm.detokenize(out).decode("utf-8", "replace")}))
 """
 
 
@@ -64,6 +70,11 @@ def _measure(path: Path, extra: bool, n_out: int, threads: int) -> dict[str, Any
 
 def _median(rows: list[dict[str, Any]], key: str) -> float:
     return statistics.median(r[key] for r in rows)
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    """The median, and the range in brackets."""
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
 def main() -> None:
@@ -99,11 +110,14 @@ def main() -> None:
         f"{load_after[0]:.1f} after (2 cores), so the absolute numbers are lower than on an idle machine; the two "
         "paths ran interleaved.",
         "",
-        "Medians of the fresh-process runs (each: load the model, one ~300-token prompt in one batch, then "
-        f"{args.tokens} greedy tokens), and the range over the runs.",
+        "Medians of the fresh-process runs (each: load the model, one ~260-token prompt in one batch, then "
+        f"{args.tokens} greedy tokens one at a time), and the range over the runs in brackets. Tokens per second are "
+        "wall time, which other work on the machine stretches; CPU milliseconds per token (the process's CPU "
+        "time, all its threads) are the work each path does, much less sensitive to that.",
         "",
-        "| model | path | runs | load s | prompt tokens / s | decode tokens / s | same answer as the other path |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| model | path | runs | load s | prompt tokens / s | decode tokens / s | prompt CPU ms / token | "
+        "decode CPU ms / token | same answer as the other path |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, by_path in results.items():
         texts = {extra: {r.get("text") for r in rows if "text" in r} for extra, rows in by_path.items()}
@@ -111,14 +125,14 @@ def main() -> None:
             ok = [r for r in rows if "failed" not in r]
             label = "extra buffer types (default)" if extra else "without (`use_extra_bufts = False`)"
             if not ok:
-                lines.append(f"| {name} | {label} | 0 | - | - | - | {rows[0]['failed'][:80]} |")
+                lines.append(f"| {name} | {label} | 0 | - | - | - | - | - | {rows[0]['failed'][:80]} |")
                 continue
-            pps = [r["prompt_tokens"] / r["prompt_ms"] * 1000 for r in ok]
-            dps = [r["decode_tokens"] / r["decode_ms"] * 1000 for r in ok]
             same = "yes" if texts[True] == texts[False] and len(texts[True]) == 1 else "no"
             lines.append(f"| {name} | {label} | {len(ok)} | {_median(ok, 'load_s'):.2f} | "
-                         f"{statistics.median(pps):.0f} ({min(pps):.0f}-{max(pps):.0f}) | "
-                         f"{statistics.median(dps):.1f} ({min(dps):.1f}-{max(dps):.1f}) | {same} |")
+                         f"{_spread([r['prompt_tokens'] / r['prompt_s'] for r in ok], '.0f')} | "
+                         f"{_spread([r['decode_tokens'] / r['decode_s'] for r in ok], '.1f')} | "
+                         f"{_spread([1000 * r['prompt_cpu_s'] / r['prompt_tokens'] for r in ok], '.1f')} | "
+                         f"{_spread([1000 * r['decode_cpu_s'] / r['decode_tokens'] for r in ok], '.1f')} | {same} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

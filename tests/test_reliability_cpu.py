@@ -147,10 +147,12 @@ def test_a_model_loads_and_answers_without_the_extra_buffer_types():
 
 
 @pytest.mark.real_model
-def test_the_probe_runs_a_real_model_on_both_paths():
+def test_the_probe_runs_a_real_model_without_the_extra_buffer_types():
     path = _smollm2()
     command = cpu.probe_command(path)
-    assert cpu.run_probe(command(True)).ok and cpu.run_probe(command(False)).ok
+    with_them = cpu.run_probe(command(True))
+    assert with_them.ok or with_them.crashed  # a CPU with AMX advertised and not enabled: SIGILL, in the subprocess
+    assert cpu.run_probe(command(False)).ok
 
 
 @pytest.mark.real_model
