@@ -257,7 +257,8 @@ def serve_smollm2(log_path: str | Path, *, threads: int = 1, n_ctx: int = 1024, 
         port = s.getsockname()[1]
     with open(log_path, "w+") as log:  # a file, not a pipe: a full pipe would block the server
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1", "--port",
+            # llama_cpp.server, with llama.cpp's fast paths only where they run on this CPU (gepetto.lm.cpu)
+            [sys.executable, "-m", "gepetto.lm.cpu", "serve", "--model", str(path), "--host", "127.0.0.1", "--port",
              str(port), "--n_threads", str(threads), "--n_ctx", str(n_ctx), "--seed", "0", "--cache", "true"],
             stdout=log, stderr=subprocess.STDOUT, text=True)
         url = f"http://127.0.0.1:{port}/v1"

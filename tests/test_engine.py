@@ -694,14 +694,14 @@ def test_an_authentication_error_stops_the_run_at_once(role):
         assert result.candidates[0].origin == "seed" and result.rollouts_used >= 12  # the seed validation is kept
 
 
-def test_one_call_that_always_fails_stops_the_run_while_others_answer():
+def test_one_call_that_always_fails_while_others_answer_is_a_failed_rollout_not_a_stop():
+    # issue 37 (F3): it stopped the run, and every resume stopped at the same rollout; tests/test_reliability_f.py
     poison = "question 5 kind 1"
     result = run(task_lm=_Poisoned(poison), budget=150,
                  max_lm_failures=3, lm_retry_pause=0)
-    assert result.stop_reason is StopReason.LM_UNAVAILABLE
-    assert result.stop_message.startswith("LM unavailable: one LM call failed 3 times; LMUnavailable")
-    assert result.rollouts_used == 11  # the seed's other 11 validation rollouts are kept, the poisoned one is not
-    assert [p.origin for p in result.partial_candidates] == ["seed"]
+    assert result.stop_reason is not StopReason.LM_UNAVAILABLE
+    assert result.rollouts_used > 12 and result.candidates[0].origin == "seed"
+    assert result.candidates[0].val_scores["val-5"] == 0.0  # the poisoned example scored 0, with its reason
 
 
 class _Poisoned(sim.SimTaskLM):

@@ -37,8 +37,9 @@ def llama_server(tmp_path_factory):
     port = _free_port()
     log = open(tmp_path_factory.mktemp("llama") / "server.log", "w+")  # noqa: SIM115 (a pipe would fill and block it)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1", "--port", str(port),
-         "--n_threads", "2", "--n_ctx", "2048", "--seed", "0"],
+        # (gepetto.lm.cpu: llama_cpp.server, with llama.cpp's fast paths only where they run on this CPU)
+        [sys.executable, "-m", "gepetto.lm.cpu", "serve", "--model", str(path), "--host", "127.0.0.1", "--port",
+         str(port), "--n_threads", "2", "--n_ctx", "2048", "--seed", "0"],
         stdout=log, stderr=subprocess.STDOUT, text=True,
     )
     url = f"http://127.0.0.1:{port}/v1"

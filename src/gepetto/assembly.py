@@ -5,8 +5,9 @@ the options and strategy objects), and driven in an event loop: shared by the Py
 
 from __future__ import annotations
 
+import contextlib
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gepetto.config import ENGINE_FIELDS, PYTHON, STRATEGIES, ConfigError, EngineConfig
@@ -15,7 +16,7 @@ from gepetto.engine.executors import aclose_executor
 from gepetto.engine.loop import Engine
 from gepetto.engine.strategies import label
 from gepetto.events import Callbacks, Event, Result, StopReason, as_callbacks
-from gepetto.lm.base import LM, RedactingLM, aclose_lm
+from gepetto.lm.base import LM, LMConfigError, RedactingLM, aclose_lm, check_endpoints
 from gepetto.program import Metric, Program, single_instruction
 from gepetto.types import Candidate, Example
 
@@ -44,6 +45,15 @@ def engine_config(config: EngineConfig | Mapping[str, Any] | None, given: Mappin
         raise ConfigError(f"config= takes a gepetto.EngineConfig (or a mapping of its options), got "
                           f"{type(config).__name__}")
     return EngineConfig(**{**base, **changes})
+
+
+@contextlib.contextmanager
+def lm_config_errors() -> Iterator[None]:
+    """An LM set up wrong (LMConfigError: a missing API key, an endpoint that cannot be reached) as a ConfigError."""
+    try:
+        yield
+    except LMConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def resolve_lm(lm: LM | str) -> LM:
@@ -108,9 +118,12 @@ def assemble_engine(
     seed_cand, program = candidate_and_program(seed_candidate, program)
     train = as_examples(trainset)
     val = as_examples(valset) if valset is not None else train
-    # no secret reaches feedback, events or the reflection prompt: LM errors and answers are redacted
-    task = RedactingLM(resolve_lm(task_lm))
-    reflection = RedactingLM(resolve_lm(reflection_lm), inputs=True)
+    # no secret reaches feedback, events or the reflection prompt: LM errors, and the reflection LM's prompts and
+    # answers, are redacted (the program gets the task LM's answers as they are)
+    with lm_config_errors():
+        task = RedactingLM(resolve_lm(task_lm))
+        reflection = RedactingLM(resolve_lm(reflection_lm), inputs=True)
+        check_endpoints(task, reflection)  # before anything is paid: a dead endpoint or a refused key
     observers = as_callbacks(callbacks)
 
     def redacted(event: Event) -> None:  # redacted once, for every callback

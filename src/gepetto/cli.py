@@ -195,8 +195,10 @@ def _report_result(name: str, result: Any, started: float) -> None:
     console.print(redact(result.summary()), highlight=False, markup=False)
     for component, text in result.best_candidate.items():
         console.print(Panel(Text(redact(text)), title=f"best: {_t(component)}", expand=False))
-    console.print(f"validation: seed {result.seed_score:.3f} -> best {result.best_score:.3f}; "
-                  f"{result.rollouts_used}/{result.budget} rollouts; wall time {time.monotonic() - started:.0f}s")
+    scores = (f"seed {result.seed_score:.3f} -> best {result.best_score:.3f}" if result.candidates
+              else "no candidate validated yet")  # (a run stopped inside the seed's validation: no score to show)
+    console.print(f"validation: {scores}; {result.rollouts_used}/{result.budget} rollouts; wall time "
+                  f"{time.monotonic() - started:.0f}s")
     total = result.ledger.total()
     if total.cached_calls:
         console.print(f"{total.cached_calls} of {total.calls} LM answers were replayed from the response cache "
@@ -523,7 +525,7 @@ def show(run: str, storage: str = StorageOpt) -> None:
     res, info = snap["result"], snap["run"]
     console.print(f"[bold]{_t(info['name'])}[/bold] ({_t(info['status'])}), task {_t(info['task'])}, "
                   f"task LM {_t(info['task_lm'])}, reflection LM {_t(info['reflection_lm'])}", highlight=False)
-    if res["best_score"] is None:
+    if res["best_score"] is None or not res["candidates"]:
         console.print("no candidate has been validated yet")
         return
     if snap.get("route"):

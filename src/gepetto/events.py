@@ -350,9 +350,10 @@ class Result:
 
     def summary(self) -> str:
         t = self.ledger.total()
+        scores = (f"validation score {self.seed_score:.3f} (seed) -> {self.best_score:.3f} (best, candidate "
+                  f"{self.best_index})" if self.candidates else "no candidate validated (not even the seed)")
         return (
-            f"validation score {self.seed_score:.3f} (seed) -> {self.best_score:.3f} (best, candidate "
-            f"{self.best_index}); {len(self.candidates)} candidates, front {len(self.pareto_front)}; "
+            f"{scores}; {len(self.candidates)} candidates, front {len(self.pareto_front)}; "
             f"{self.rollouts_used}/{self.budget} rollouts; {self.iterations} iterations; "
             f"{t.calls} LM calls, {t.input_tokens}+{t.output_tokens} tokens; {self.wall_seconds:.1f}s; "
             f"stopped: {self.stop_message}"

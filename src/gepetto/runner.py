@@ -26,6 +26,7 @@ from gepetto.assembly import (
     candidate_and_program,
     drive_engine,
     engine_config,
+    lm_config_errors,
     lm_label,
     strategy_objects,
 )
@@ -49,8 +50,17 @@ from gepetto.ledger import Ledger
 from gepetto.lm.base import LM
 from gepetto.presets import preset_budget
 from gepetto.program import Metric, MetricError, Program, Task
-from gepetto.secrets import redact
-from gepetto.store.sqlite import LAST_ANSWER, RecordedLM, RunStore, StoredRollouts, StoreError, dumps
+from gepetto.secrets import REDACTED, redact, redact_data
+from gepetto.store.sqlite import (
+    LAST_ANSWER,
+    RecordedLM,
+    RunInfo,
+    RunStore,
+    StoredRollouts,
+    StoreError,
+    dumps,
+    run_in_use,
+)
 from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
 from gepetto.types import Candidate, Example
 
@@ -119,15 +129,43 @@ def _as_stored(obj: Any) -> Any:
     return json.loads(dumps(obj))
 
 
+def _stored_config(name: str, storage: Path, config: Mapping[str, Any]) -> RunConfig:
+    """A stored run's configuration; one this gepetto cannot load says that it came from the store."""
+    try:
+        # a run stored before adaptive_fewshot existed had a fixed few-shot share: it resumes with one
+        return RunConfig(**{"adaptive_fewshot": False, **config})
+    except ConfigError as exc:
+        raise ConfigError(f"run {name!r} in {storage}: its stored configuration does not load in this gepetto "
+                          f"(it was written by another version, a newer one if an option is unknown here): {exc}\n"
+                          "Resume it with the gepetto version that started it, or start a new run") from None
+
+
 def _resumed_config(name: str, stored: RunConfig, cfg: RunConfig, explicit: set[str], hint: str) -> RunConfig:
-    """The stored configuration, with the options in `explicit` that may change on resume taken from `cfg`."""
+    """The stored configuration, with the options in `explicit` that may change on resume taken from `cfg`, and
+    those the store keeps redacted (a password in an LM's URL) taken from `cfg` when they redact the same."""
     asked = cfg.model_dump(include=explicit - SESSION_ONLY)
-    clash = sorted(k for k, v in asked.items() if getattr(stored, k) != v and k not in RESUMABLE_CHANGES)
+    same = {k for k, v in asked.items() if getattr(stored, k) in (v, redact_data(v))}
+    clash = sorted(k for k in asked if k not in same and k not in RESUMABLE_CHANGES)
     if clash:
         shown = "; ".join(f"{k}: stored {getattr(stored, k)!r}, now {asked[k]!r}" for k in clash)
         raise ConfigError(redact(f"run {name!r} exists with other settings for {clash} ({shown}); {hint}"))
+    secret = sorted(k for k, v in stored.model_dump(exclude=set(asked) | SESSION_ONLY).items() if REDACTED in str(v))
+    if secret:
+        raise ConfigError(f"run {name!r}: {', '.join(secret)} held a secret (such as a password in a URL), which "
+                          f"is never stored: give {'it' if len(secret) == 1 else 'them'} again to resume the run")
     session = {k: getattr(cfg, k) for k in SESSION_ONLY}  # a stop file is this session's, never stored
-    return stored.model_copy(update={**{k: v for k, v in asked.items() if k in RESUMABLE_CHANGES}, **session})
+    return stored.model_copy(update={**{k: v for k, v in asked.items() if k in RESUMABLE_CHANGES or k in same},
+                                     **session})
+
+
+def _check_budget(store: RunStore, name: str, info: RunInfo, cfg: RunConfig) -> None:
+    """A budget below the rollouts a run has used would end it short of where it got, its result worse than the
+    stored one: refused, saying what the run used."""
+    used = max(int((info.result or {}).get("rollouts_used") or 0), store.count_rollouts(name))
+    if cfg.budget < used:
+        raise ConfigError(f"run {name!r} has used {used} rollouts; a budget of {cfg.budget} would end it short of "
+                          f"where it got, with a worse result than the one stored: give a budget of at least {used} "
+                          "to go on with it, or look at it with `gepetto show` / `gepetto export`")
 
 
 def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
@@ -192,6 +230,15 @@ def _label(task: str) -> str:
     return Path(where).stem if where.endswith(".py") else where.rsplit(".", 1)[-1] if where else task
 
 
+def _new_name(store: RunStore, base: str) -> str:
+    """A generated run name no run in the store has (two runs started within a second are two runs)."""
+    name, n = base, 1
+    while store.get_run(name) is not None:
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
 TaskFactory = Callable[[RunConfig, Ledger], Task]
 CLI_HINT = "resume it without them or start a new run with --run NEW_NAME"
 PYTHON_HINT = "call again with what the run was started with, or give another run= name to start a new run"
@@ -210,6 +257,7 @@ class StoredRun:
     rollouts: StoredRollouts
     ledger: Ledger
     session: int
+    previous: RunInfo | None = None  # the run as stored when this session began (None: a new run)
 
     async def run_async(self, *, own_loop: bool = False) -> Result:
         """Run in the running event loop; `own_loop`: it is ours, so signals stop the run and LMs are closed."""
@@ -230,11 +278,29 @@ class StoredRun:
         # a run stopped by a Ctrl-C, SIGTERM or a failing LM endpoint has more to do: resuming it goes on
         status = "interrupted" if result.stop_reason.resumable else "finished"
         store.save_ledger(name, self.ledger.to_dict())
-        store.finish_run(name, status, result.to_dict())
+        before = self._further_before(result)
+        if before is not None:
+            status = before.status
+        store.finish_run(name, status, result.to_dict(), keep_result=before is not None)
         store.add_event(name, "done", {"session": self.session, "replayed_rollouts": self.rollouts.replayed,
                                        "stop_reason": result.stop_reason.value, "stop_message": result.stop_message})
         self._check_retraced(status)
         return result
+
+    def _further_before(self, result: Result) -> RunInfo | None:
+        """The run as stored before this session when it had got further than this session (a shorter limit on a
+        resumed run: `time_limit`, `patience`, ...). A resume retraces the stored path, so a result from earlier on
+        it is never better: the stored result is kept, and a warning says so."""
+        before = self.previous
+        old = (before.result or {}) if before is not None else {}
+        if before is None or int(old.get("rollouts_used") or 0) <= result.rollouts_used:
+            return None
+        best = old.get("best_score")
+        warnings.warn(f"run {self.name!r} had got further before ({old['rollouts_used']} rollouts, best "
+                      f"{best if best is None else format(best, '.3f')}) than this session's limits let it "
+                      f"({result.rollouts_used} rollouts, stopped: {result.stop_message}): the stored result is "
+                      "kept", RuntimeWarning, stacklevel=3)
+        return before
 
     def _check_retraced(self, status: str) -> None:
         """Warn (and log a `diverged` event) when a resumed session that ran to its end took another path than
@@ -294,17 +360,18 @@ def open_run(
 
     storage = Path(storage)
     store = RunStore(storage)
-    name = run or f"{_label(cfg.task)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = run or _new_name(store, f"{_label(cfg.task)}-{time.strftime('%Y%m%d-%H%M%S')}")
     info = store.get_run(name)
     resumed = info is not None
     if preset is not None and resumed:
         raise ConfigError(f"run {name!r} exists and keeps the budget it was given; a preset sizes a new run only: "
                           "resume it without a preset (--budget N gives it more rollouts), or start a new run")
     if info is not None:
-        # a run stored before adaptive_fewshot existed had a fixed few-shot share: it resumes with one
-        stored = RunConfig(**{"adaptive_fewshot": False, **info.config})
-        cfg = _resumed_config(name, stored, cfg, explicit or set(), hint)
+        if info.owned_elsewhere:  # (checked again when the run is claimed, in one transaction)
+            raise run_in_use(name, info.pid)
+        cfg = _resumed_config(name, _stored_config(name, storage, info.config), cfg, explicit or set(), hint)
         _check_same_defaults(store, name, cfg)
+        _check_budget(store, name, info, cfg)
     ledger = Ledger.from_dict(store.ledger(name))  # costs of earlier sessions of this run stay counted
     ledger.prices = dict(cfg.prices)
     task = make_task(cfg, ledger)
@@ -317,9 +384,10 @@ def open_run(
     rollouts = StoredRollouts(store, name)
     # reflection answers (and errors) are kept with the run and replayed on resume, even sampled ones and with
     # the cache off: that is what makes resume exact
-    task_lm = _cached(task_lm if task_lm is not None else make_lm(cfg.task_lm), storage, cfg.cache)
-    reflection_lm = RecordedLM(_cached(reflection_lm if reflection_lm is not None else make_lm(cfg.reflection_lm),
-                                       storage, "off" if cfg.cache == "off" else "always"), store, name)
+    with lm_config_errors():  # a missing API key: a configuration error, found before anything is paid
+        task_lm = _cached(task_lm if task_lm is not None else make_lm(cfg.task_lm), storage, cfg.cache)
+        reflection_lm = RecordedLM(_cached(reflection_lm if reflection_lm is not None else make_lm(cfg.reflection_lm),
+                                           storage, "off" if cfg.cache == "off" else "always"), store, name)
     session = len(store.events(name, "start"))
     # the proposal each asyncio task is making (the proposals of a round run in tasks of their own): its id, parent
     # and component, given to the reflection events so the report can show each proposal's transcript
@@ -362,7 +430,7 @@ def open_run(
             case ev.RouteChosen():
                 store.add_event(name, event.kind, {"session": session, "text": event.describe(), **event.to_dict()})
 
-    # built (and its inputs checked) before the store is written: a refused start leaves no run behind
+    # built (its inputs and LM endpoints checked) before the store is written: a refused start leaves no run behind
     given = strategies or {}
     engine = assemble_engine(
         task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
@@ -381,7 +449,7 @@ def open_run(
     first = {} if resumed else {"seed_candidate": task.seed_candidate.to_dict(), "defaults": implicit_defaults()}
     store.add_event(name, "start", {"session": session, "resumed": resumed,
                                     "stored_rollouts": rollouts.stored_at_start, **first})
-    return StoredRun(store, name, cfg, task, engine, rollouts, ledger, session)
+    return StoredRun(store, name, cfg, task, engine, rollouts, ledger, session, info)
 
 
 def start_or_resume(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import random
 import time
 import warnings
@@ -34,7 +35,7 @@ from gepetto.events import Outcome, Result, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
 from gepetto.program import Metric, Program, Rollout, check_metric
-from gepetto.types import Candidate, Example
+from gepetto.types import Candidate, Example, Score
 
 T = TypeVar("T")
 
@@ -154,6 +155,8 @@ class Engine:
         self._idle = 0
         self._since_improvement = 0
         self._lm_failures = 0  # LM infrastructure failures in a row
+        self._lm_answered = 0  # LM calls (rollouts, reflection) answered in this session
+        self._answered_at_give_up = 0  # ... when the last rollout was given up on (`_retrying`)
         self._t0 = time.monotonic()
 
     # ---- public control -------------------------------------------------------------------------
@@ -541,7 +544,8 @@ class Engine:
             try:
                 run = store.get(*key) if store is not None else None
                 if run is None:
-                    run = await self._retrying(self._run_rollout, sem, candidate, ex)
+                    run = await self._retrying(self._run_rollout, sem, candidate, ex,
+                                               give_up=functools.partial(_unanswered, ex))
                     if store is not None:
                         store.put(candidate, ex.id, run)
                 st.rollouts[key] = run
@@ -566,20 +570,32 @@ class Engine:
             return await self.executor.run(self.program, self.metric, candidate, ex, self.task_lm,
                                            self.config.task_lm_params, timeout=self.config.rollout_timeout)
 
-    async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any,
+                        give_up: Callable[[LMUnavailable], T] | None = None, **kwargs: Any) -> T:
         """`call(...)`, made again while the LM infrastructure fails (LMUnavailable: no answer, so no result to
         keep, count or store). Stops the run when that cannot heal (LMSetupError) or keeps happening: on
-        `max_lm_failures` failures in a row, or of this one call (one that always fails while others answer)."""
-        cfg, tries = self.config, 0
+        `max_lm_failures` failures in a row, or of this one call. With `give_up` (a rollout), a call that fails
+        `max_lm_failures` times while the LM answers others is this input's failure, not an outage: `give_up(error)`
+        is its result. "Answers others": a call answered since this one first failed, or, calls made one at a time,
+        every failure in the row is this call's and a call was answered since the last input given up on (so an
+        outage met by calls made one at a time fails one rollout at most, then stops the run)."""
+        cfg, tries, answered = self.config, 0, 0
         while True:
             try:
                 out = await call(*args, **kwargs)
             except LMUnavailable as exc:
                 self._lm_failures += 1
                 tries += 1
+                answered = self._lm_answered if tries == 1 else answered
                 error = f"{type(exc).__name__}: {exc}"
+                alone = self._lm_answered > answered or (self._lm_failures == tries
+                                                          and self._lm_answered > self._answered_at_give_up)
                 if isinstance(exc, LMSetupError):
                     what = ""
+                elif give_up is not None and tries >= cfg.max_lm_failures and alone:
+                    self._lm_failures = max(0, self._lm_failures - tries)  # this input's failures, not the LM's
+                    self._answered_at_give_up = self._lm_answered
+                    return give_up(exc)
                 elif self._lm_failures >= cfg.max_lm_failures:
                     what = f"{self._lm_failures} LM calls in a row failed; "
                 elif tries >= cfg.max_lm_failures:
@@ -593,6 +609,7 @@ class Engine:
                                   f"is kept; fix the LM and resume)")
                 raise asyncio.CancelledError from exc
             self._lm_failures = 0
+            self._lm_answered += 1
             return out
 
     async def _add_candidate(
@@ -730,6 +747,13 @@ class Engine:
         return Result(best.candidate, best.mean, st.records[0].mean, list(st.records), st.archive.front,
                       st.rollouts_used, st.budget, st.ledger, stop.reason, stop.message, st.iteration,
                       dict(st.proposals), list(st.history), seconds, partial, list(self._raced_out))
+
+
+def _unanswered(example: Example, exc: LMUnavailable) -> Rollout:
+    """The failed rollout of an input the LM never answers (past its retries) while it answers the others."""
+    msg = f"{type(exc).__name__}: {exc}"
+    return Rollout(example.id, Score(0.0, "The LM gave no answer on this example, past its retries, while it answered "
+                                     f"the others, so it scored 0. Error: {msg}"), error=msg, stage="program")
 
 
 def _check_prices(cfg: EngineConfig, ledger: Ledger, names: Sequence[str]) -> None:

@@ -3,8 +3,9 @@
 Keyed by a sha256 of (model name, messages, parameters). Mode "auto" caches deterministic calls only
 (temperature 0, which is every backend's default here); "always" caches sampled calls too (their `seed`
 parameter is part of the key), which is what makes a resumed run replay its reflection exactly.
-The table lives in the run store's file by default, so a run and its cache travel together. Answers are
-stored redacted (gepetto.secrets) and only the hash of the messages is kept, never the messages.
+The table lives in the run store's file by default, so a run and its cache travel together. An answer holding
+anything shaped like a secret (gepetto.secrets) is not kept: stored redacted, it would come back to the program
+redacted. Only the hash of the messages is kept, never the messages.
 """
 
 from __future__ import annotations
@@ -78,10 +79,13 @@ class CachedLM:
         return Completion(row[0], Usage(row[2], row[3], bool(row[4])), row[1], cached=True)
 
     def put(self, key: str, out: Completion) -> None:
+        text = redact(out.text)
+        if text != out.text:  # kept redacted, it would be replayed to the program redacted: not kept at all
+            return
         try:
             with self._lock:
                 self._db.execute("INSERT OR REPLACE INTO lm_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                                 (key, redact(self.name), redact(out.text), out.finish_reason, out.usage.input_tokens,
+                                 (key, redact(self.name), text, out.finish_reason, out.usage.input_tokens,
                                   out.usage.output_tokens, int(out.usage.estimated), time.time()))
         except sqlite3.Error as exc:  # a full disk or a damaged file: the answer is good, only not kept
             self._broken(exc)

@@ -274,13 +274,16 @@ class LocalLM:
                 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
             except ImportError as exc:
                 raise LMSetupError('llama-cpp-python is not installed: pip install "gepetto[local]"') from exc
+            from gepetto.lm.cpu import fitting_params
+
             path = self._path or model_path(self.model, self._cache_dir)
             draft = LlamaPromptLookupDecoding(num_pred_tokens=self._lookup) if self._lookup else None
             try:
                 fast = draft or self._prefix_cache_mb
-                llama = (_fast_llama(Llama, prefix_cache_bytes=self._prefix_cache_mb << 20) if fast else Llama)(
-                    model_path=str(path), n_ctx=self._n_ctx, n_threads=self._n_threads, verbose=False, seed=0,
-                    draft_model=draft)
+                with fitting_params(path):  # llama.cpp's fast paths only where they run (gepetto.lm.cpu)
+                    llama = (_fast_llama(Llama, prefix_cache_bytes=self._prefix_cache_mb << 20) if fast else Llama)(
+                        model_path=str(path), n_ctx=self._n_ctx, n_threads=self._n_threads, verbose=False, seed=0,
+                        draft_model=draft)
             except (ValueError, RuntimeError, OSError) as exc:  # no model, so no answer will ever come
                 raise LMSetupError(f"{self.name}: cannot load the model file {path}: {exc}") from exc
             self._llama = llama

@@ -20,7 +20,7 @@ from typing import Any
 from gepetto.engine.pareto import best_index, evidence
 from gepetto.events import Outcome, StopReason
 from gepetto.report.assets import CSS, JS
-from gepetto.secrets import redact_data
+from gepetto.secrets import redact_data, write_private_text
 
 _DASH, _STAR = "\u2013", " \u2605"
 
@@ -838,11 +838,13 @@ def render_report(snapshot: Mapping[str, Any]) -> str:
 
 
 def write_report(snapshot: Mapping[str, Any], path: str | Path) -> Path:
-    """Render the report and write it to `path` (UTF-8); returns the path."""
+    """Render the report and write it to `path` (UTF-8, readable by its owner only); returns the path. The file
+    is replaced whole or not at all: a write that fails (a full disk) leaves the previous report as it was."""
     out = Path(path)
+    html = render_report(snapshot)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_report(snapshot), encoding="utf-8")
+    write_private_text(out, html)
     return out
 
 

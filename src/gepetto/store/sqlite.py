@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS runs (
     config TEXT NOT NULL,
     pid INTEGER,
     result TEXT,
-    ledger TEXT
+    ledger TEXT,
+    pid_started REAL
 );
 CREATE TABLE IF NOT EXISTS candidates (
     run TEXT NOT NULL,
@@ -101,6 +102,42 @@ CREATE TABLE IF NOT EXISTS lm_answers (
 """
 
 
+def process_started(pid: int) -> float | None:
+    """When process `pid` started (clock ticks since boot, from /proc), or None where that cannot be read: with the
+    pid, it names a process for good (a pid is reused once its process has died)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return float(stat[stat.rindex(b")") + 2:].split()[19])  # field 22, counted after the command name
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_alive(pid: int | None, started: float | None = None) -> bool:
+    """Whether process `pid` exists, and is the one that started at `started` (when both are known)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # it exists, under another user
+        pass
+    except OSError:
+        return False
+    now = process_started(pid) if started is not None else None
+    return started is None or now is None or now == started
+
+
+_ME = (os.getpid(), process_started(os.getpid()))
+
+
+def _me() -> tuple[int, float | None]:
+    """This process's pid and start time (a forked child is another process)."""
+    global _ME
+    if _ME[0] != os.getpid():
+        _ME = (os.getpid(), process_started(os.getpid()))
+    return _ME
+
+
 @dataclass
 class RunInfo:
     """One row of the runs table, with the final result when the run ended."""
@@ -113,17 +150,17 @@ class RunInfo:
     config: dict[str, Any]
     pid: int | None
     result: dict[str, Any] | None
+    pid_started: float | None = None
 
     @property
     def alive(self) -> bool:
         """Whether the process that runs it still exists (a killed run stays 'running' in the table)."""
-        if self.status != "running" or not self.pid:
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except OSError:
-            return False
-        return True
+        return self.status == "running" and process_alive(self.pid, self.pid_started)
+
+    @property
+    def owned_elsewhere(self) -> bool:
+        """Whether another live process runs it now (this one may not)."""
+        return self.alive and self.pid != os.getpid()
 
     @property
     def shown_status(self) -> str:
@@ -145,6 +182,16 @@ def dumps(obj: Any) -> str:
 
 class StoreError(RuntimeError):
     """The run store file cannot be used (not a SQLite file, corrupted, read-only, ...); the message says what."""
+
+
+class RunInUse(StoreError):
+    """The run is being run by another live process: two processes on one run would pay twice and mix their
+    pools, so the second is refused."""
+
+
+def run_in_use(name: str, pid: int | None) -> RunInUse:
+    return RunInUse(f"run {name!r} is running in process {pid}: wait for it to end, stop it (Ctrl-C, SIGTERM or its "
+                    "stop file), or give another run name")
 
 
 def store_error(path: Path, exc: BaseException) -> StoreError:
@@ -237,6 +284,8 @@ class RunStore:
                 if "messages" not in {row[1] for row in self._db.execute("PRAGMA table_info(lm_answers)")}:
                     # a store written before reflection prompts were kept with their answers
                     self._db.execute("ALTER TABLE lm_answers ADD COLUMN messages TEXT")
+                if "pid_started" not in {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}:
+                    self._db.execute("ALTER TABLE runs ADD COLUMN pid_started REAL")  # before runs had one owner
         except (sqlite3.Error, OSError) as exc:
             raise store_error(self.path, exc) from None
         except StoreError:
@@ -262,21 +311,46 @@ class RunStore:
                 raise
 
     # ---- runs -------------------------------------------------------------------------------
-    def create_run(self, name: str, config: Mapping[str, Any], seed: int) -> None:
+    def claim_run(self, name: str, config: Mapping[str, Any] | None = None, seed: int = 0) -> None:
+        """Make this process the one that runs `name`, in one transaction: create the run (`config` given: a new
+        run), or take it over to resume it (None). Raises RunInUse while another live process runs it; the owner
+        a killed process left behind is taken over. A run created meanwhile by another process is refused too."""
+        pid, started = _me()
         now = time.time()
         with self._tx() as db:
-            db.execute("INSERT INTO runs (name, created, updated, status, seed, config, pid) VALUES (?,?,?,?,?,?,?)",
-                       (name, now, now, "running", seed, dumps(dict(config)), os.getpid()))
+            row = db.execute("SELECT status, pid, pid_started FROM runs WHERE name=?", (name,)).fetchone()
+            if row is not None:
+                status, owner, owner_started = row
+                if status == "running" and owner != pid and process_alive(owner, owner_started):
+                    raise run_in_use(name, owner)
+                if config is not None:
+                    raise RunInUse(f"run {name!r} was created by another process meanwhile ({owner}); start again "
+                                   "to resume it")
+                db.execute("UPDATE runs SET status='running', pid=?, pid_started=?, updated=? WHERE name=?",
+                           (pid, started, now, name))
+            elif config is None:
+                raise StoreError(f"run {name!r} is not in {self.path} any more (deleted meanwhile?)")
+            else:
+                db.execute("INSERT INTO runs (name, created, updated, status, seed, config, pid, pid_started) "
+                           "VALUES (?,?,?,?,?,?,?,?)",
+                           (name, now, now, "running", seed, dumps(dict(config)), pid, started))
+
+    def create_run(self, name: str, config: Mapping[str, Any], seed: int) -> None:
+        self.claim_run(name, config, seed)
 
     def mark_running(self, name: str) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE runs SET status='running', pid=?, updated=? WHERE name=?",
-                       (os.getpid(), time.time(), name))
+        self.claim_run(name)
 
-    def finish_run(self, name: str, status: str, result: Mapping[str, Any] | None) -> None:
+    def finish_run(self, name: str, status: str, result: Mapping[str, Any] | None, *, keep_result: bool = False
+                   ) -> None:
+        """End this process's session of `name`; `keep_result`: the stored result stays (a better one)."""
         with self._tx() as db:
-            db.execute("UPDATE runs SET status=?, updated=?, result=?, pid=NULL WHERE name=?",
-                       (status, time.time(), dumps(result) if result is not None else None, name))
+            if keep_result:
+                db.execute("UPDATE runs SET status=?, updated=?, pid=NULL, pid_started=NULL WHERE name=?",
+                           (status, time.time(), name))
+            else:
+                db.execute("UPDATE runs SET status=?, updated=?, result=?, pid=NULL, pid_started=NULL WHERE name=?",
+                           (status, time.time(), dumps(result) if result is not None else None, name))
 
     def update_config(self, name: str, config: Mapping[str, Any]) -> None:
         with self._tx() as db:
@@ -291,21 +365,24 @@ class RunStore:
         row = self._db.execute("SELECT ledger FROM runs WHERE name=?", (name,)).fetchone()
         return json.loads(row[0]) if row and row[0] else {}
 
+    def _run_columns(self) -> str:
+        # a read-only store from an older version may lack the owner's start time
+        has = "pid_started" in {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+        return "name, created, updated, status, seed, config, pid, result, " + ("pid_started" if has else "NULL")
+
     def get_run(self, name: str) -> RunInfo | None:
-        row = self._db.execute("SELECT name, created, updated, status, seed, config, pid, result FROM runs "
-                               "WHERE name=?", (name,)).fetchone()
+        row = self._db.execute(f"SELECT {self._run_columns()} FROM runs WHERE name=?", (name,)).fetchone()
         return self._run_info(row) if row else None
 
     def list_runs(self) -> list[RunInfo]:
-        rows = self._db.execute("SELECT name, created, updated, status, seed, config, pid, result FROM runs "
-                                "ORDER BY created DESC").fetchall()
+        rows = self._db.execute(f"SELECT {self._run_columns()} FROM runs ORDER BY created DESC").fetchall()
         return [self._run_info(r) for r in rows]
 
     @staticmethod
     def _run_info(row: tuple) -> RunInfo:
-        name, created, updated, status, seed, config, pid, result = row
+        name, created, updated, status, seed, config, pid, result, pid_started = row
         return RunInfo(name, created, updated, status, seed, json.loads(config), pid,
-                       json.loads(result) if result else None)
+                       json.loads(result) if result else None, pid_started)
 
     def delete_run(self, name: str) -> None:
         with self._tx() as db:
@@ -384,10 +461,10 @@ class RunStore:
         else:
             error_type = None
         shown = dumps([dict(m) for m in messages]) if messages is not None else None
-        with self._tx() as db:
+        with self._tx() as db:  # (the text redacted: a resumed run is shown it redacted too, as the first one was)
             db.execute("INSERT OR IGNORE INTO lm_answers (run, key, text, finish_reason, input_tokens, output_tokens, "
                        "estimated, error_type, messages) VALUES (?,?,?,?,?,?,?,?,?)",
-                       (run, key, out.text, out.finish_reason, out.usage.input_tokens, out.usage.output_tokens,
+                       (run, key, redact(out.text), out.finish_reason, out.usage.input_tokens, out.usage.output_tokens,
                         int(out.usage.estimated), error_type, shown))
 
     def lm_exchanges(self, run: str) -> dict[str, dict[str, Any]]:
