@@ -184,7 +184,8 @@ STORED_NAMES = {"clinc-kitchen_and_dining": "clinc-kitchen", "clinc-credit_cards
 def stored_prompts() -> list[dict[str, Any]]:
     """The best prompts stored by earlier real-track runs, as `candidate` rows to score on the locked split: the
     recipe (v19: edit, fewshot 4, 3 rules, current-best, definitions 60; CLINC's own metric with its pattern) and
-    the default of before this issue (rewrite with adaptive demonstrations), both as measured then."""
+    the default of before this issue (rewrite with adaptive demonstrations), both as measured then (their dev test
+    scores are those of their own logs, another llama.cpp build on the same splits)."""
     import gzip
 
     results = Path(__file__).parent / "results"
@@ -194,14 +195,16 @@ def stored_prompts() -> list[dict[str, Any]]:
             r = json.loads(line) if line.strip() else {}
             if r.get("kind") == "run" and r.get("label") == "fewshot4-rules3-best-def60@76d9d08":
                 rows.append({"kind": "candidate", "task": r["task"], "label": "recipe v19 (builtin metric)",
-                             "seed": r["seed"], "best": r["best"], "run": f"realtrack v19 s{r['seed']}"})
+                             "seed": r["seed"], "best": r["best"], "run": f"realtrack v19 s{r['seed']}",
+                             "dev_test": r["best_test"]})
     for r in json.loads((results / "efficiency_clinc.json").read_text())["runs"]:
         if r["system"] == "gepetto-fewshot-default":
             best = r["best_candidate"]
             rows.append({"kind": "candidate", "task": STORED_NAMES.get(r["task"], r["task"]),
                          "label": "default before issue 36 (builtin metric)", "seed": int(r["seed"]),
                          "best": json.loads(best) if isinstance(best, str) else best,
-                         "run": f"efficiency_clinc gepetto-fewshot-default s{r['seed']}"})
+                         "run": f"efficiency_clinc gepetto-fewshot-default s{r['seed']}",
+                         "dev_test": float(r["test_score"])})
     return rows
 
 
@@ -223,28 +226,68 @@ def locked(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _mean(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    spread = f" ± {statistics.stdev(xs):.3f}" if len(xs) > 1 else ""
+    return f"{statistics.mean(xs):.3f}{spread} ({len(xs)})"
+
+
+def _closed(xs: list[float], seed: float | None, expert: float | None) -> str:
+    if not xs or seed is None or expert is None or expert - seed <= 0:
+        return "-"
+    return f"{(statistics.mean(xs) - seed) / (expert - seed):+.0%}"
+
+
 def table(log: Path) -> str:
+    """One table per task: trivial, seed and expert, then each system's best candidates, on the dev test split and
+    on the locked split (where it was scored: first look or not), with the proposals' outcomes."""
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    out = []
-    base = {(r["task"], r["split"]): r for r in rows if r["kind"] in ("baselines", "locked-baselines")}
-    runs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    dev = {r["task"]: r for r in rows if r["kind"] == "baselines"}
+    lock = {r["task"]: r for r in rows if r["kind"] == "locked-baselines"}
+    locked_of = {(r["task"], r["of"]): r for r in rows if r["kind"] == "locked"}
+    systems: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in rows:
         if r["kind"] == "run":
-            runs.setdefault((r["task"], r["metric"], r.get("label", "")), []).append(r)
-    for (task, metric, label), rs in sorted(runs.items()):
-        latest = {r["seed"]: r for r in rs}  # a resumed run's row replaces its earlier rows
-        tests = [r["dev_test"] for r in latest.values() if "dev_test" in r]
-        b = base.get((task, "dev"))
-        gap = (b["expert"] - b["seed"]) if b else float("nan")
-        mean = statistics.mean(tests) if tests else float("nan")
-        spread = f" ± {statistics.stdev(tests):.3f}" if len(tests) > 1 else ""
-        closed = (mean - b["seed"]) / gap if b and gap > 0 else float("nan")
-        out.append(f"| {task} | {metric} | {label or 'default'} | {b['seed'] if b else float('nan'):.3f} | "
-                   f"{b['expert'] if b else float('nan'):.3f} | {mean:.3f}{spread} ({len(tests)}) | {closed:+.0%} | "
-                   f"{', '.join(f'{t:.3f}' for t in tests)} |")
-    head = "| task | metric | config | seed (dev) | expert (dev) | after (dev test) | gap closed | per seed |\n" \
-           "|---|---|---|---:|---:|---:|---:|---|"
-    return head + "\n" + "\n".join(out)
+            what = f"gepetto default, {r['metric']} metric" + (f" ({r['label']})" if r.get("label") else "")
+        elif r["kind"] == "gepa":
+            what = f"gepa 0.1.4, {r['metric']} metric"
+        elif r["kind"] == "candidate":
+            what = r["label"]
+        else:
+            continue
+        latest = systems.setdefault(r["task"], {}).setdefault(what, [])
+        latest[:] = [x for x in latest if x.get("seed") != r.get("seed")] + [r]  # a resumed run replaces its row
+    out = []
+    for task in sorted(set(dev) | set(lock) | set(systems)):
+        d, lk = dev.get(task, {}), lock.get(task, {})
+        first = "first look" if lk.get("first_look") else "looked at before"
+        out.append(f"\n### {task}\n")
+        out.append(f"| | dev test ({d.get('n_test', '-')}) | gap closed | locked test ({lk.get('n_test', '-')}, "
+                   f"{first if lk else 'not scored yet'}) | gap closed |")
+        out.append("|---|---:|---:|---:|---:|")
+        for key, name in (("trivial", f"trivial (`{d.get('baseline') or lk.get('baseline')}`)"), ("seed", "seed"),
+                          ("expert", "expert (hand-written)")):
+            dv, lv = d.get(key), lk.get(key)
+            out.append(f"| {name} | {'-' if dv is None else f'{dv:.3f}'} | | {'-' if lv is None else f'{lv:.3f}'} | |")
+        for what, rs in sorted(systems.get(task, {}).items()):
+            devs = [r["dev_test"] for r in rs if "dev_test" in r]
+            locks = [locked_of[(task, r.get("run") or r.get("label"))]["locked_test"] for r in rs
+                     if (task, r.get("run") or r.get("label")) in locked_of]
+            out.append(f"| {what} | {_mean(devs)} | {_closed(devs, d.get('seed'), d.get('expert'))} | "
+                       f"{_mean(locks)} | {_closed(locks, lk.get('seed'), lk.get('expert'))} |")
+        for what, rs in sorted(systems.get(task, {}).items()):
+            if rs[0]["kind"] in ("run", "gepa"):
+                per = "; ".join(
+                    f"s{r['seed']}: val {r['seed_val']:.3f} -> {r['best_val']:.3f}, {r['rollouts']} rollouts, "
+                    f"{r['seconds']} s" + (f", {_outcomes(r['proposals'])}" if r.get("proposals") else "")
+                    for r in sorted(rs, key=lambda r: r["seed"]))
+                out.append(f"\n- {what}: {per}" + (f"; {rs[0]['route']}" if rs[0].get("route") else ""))
+    return "\n".join(out)
+
+
+def _outcomes(proposals: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(proposals.items(), key=lambda kv: -kv[1]))
 
 
 def _option(item: str) -> tuple[str, Any]:
