@@ -34,7 +34,8 @@ TASKS: dict[str, str] = {
 # options that make one module's task into a named variant
 _VARIANTS: dict[str, dict[str, Any]] = {
     "gsm8k": {"dataset": "gsm8k"},
-    "gsm8k-plain": {"dataset": "gsm8k", "seed_form": "plain", "n_train": 30, "n_val": 30, "n_test": 100},
+    "gsm8k-plain": {"dataset": "gsm8k", "seed_form": "plain", "n_train": 30, "n_val": 30, "n_test": 100,
+                    "n_locked": 150},
     "aime": {"dataset": "aime"},
     "clinc-banking": {"domain": "banking", "oos": False},
     "clinc-credit-oos": {"domain": "credit_cards", "oos": True},
