@@ -55,26 +55,26 @@ def test_gate_batch_has_failures_and_solved_cases():
 @pytest.mark.parametrize(
     ("raw", "finish", "why"),
     [
-        ("<rule>If the message asks what is owed on a bill, answer bill_balance.</rule>", "stop", ""),
-        ("Rule: If the message asks what is owed on a bill, answer bill_balance.", "stop", ""),
-        ("<rule></rule>", "stop", "empty"),
-        ("<rule>Reply with only the intent name.</rule>", "stop", "unchanged"),
-        ("<rule>Certainly! Please provide the messages.</rule>", "stop", "chat reply"),
+        ("<rule>If the message asks what is owed on a bill, answer bill_balance.</rule>", "stop", None),
+        ("Rule: If the message asks what is owed on a bill, answer bill_balance.", "stop", None),
+        ("<rule></rule>", "stop", Outcome.EMPTY),
+        ("<rule>Reply with only the intent name.</rule>", "stop", Outcome.UNCHANGED),
+        ("<rule>Certainly! Please provide the messages.</rule>", "stop", Outcome.CHAT_REPLY),
         ("<rule>Use [... 286 characters cut ...] carefully when answering.</rule>", "stop",
-         "copies our prompt markers"),
-        ("<rule>See Example 2 and answer like the feedback says.</rule>", "stop", "copies our prompt markers"),
+         Outcome.SCAFFOLDING),
+        ("<rule>See Example 2 and answer like the feedback says.</rule>", "stop", Outcome.SCAFFOLDING),
         ("<rule>how much do i still owe on my electricity bill this month please</rule>", "stop",
-         "echoes the examples"),
-        ("<rule>If the message asks what is owed on a bill, answer bill_balance. Also when the", "length", ""),
-        ("<rule>If the message asks what is owed on a bill and the", "length", "truncated"),
+         Outcome.ECHO),
+        ("<rule>If the message asks what is owed on a bill, answer bill_balance. Also when the", "length", None),
+        ("<rule>If the message asks what is owed on a bill and the", "length", Outcome.TRUNCATED),
     ],
 )
 def test_vet_rule(raw, finish, why):
     shown = [edits.Shown("how much do i still owe on my electricity bill this month please", "balance",
                          "Wrong intent.", 0.0)]
     rule, got = edits.vet_rule(raw, finish, "Classify the message. Reply with only the intent name.", shown)
-    assert got == why, rule
-    if not why:
+    assert got is why, rule
+    if why is None:
         assert "bill_balance" in rule and not edits.has_scaffolding(rule)
 
 
@@ -94,8 +94,8 @@ def test_a_rule_quoting_the_failure_pattern_is_refused(rule, copied):
                else "answered apr, expected out_of_scope")
     assert edits.copies_pattern(rule, pattern) is copied
     _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", "Classify.", [], pattern)
-    assert why == ("copies our prompt markers" if copied else "")
-    assert "label" in edits.retry_hint("copies our prompt markers", pattern)
+    assert why is (Outcome.SCAFFOLDING if copied else None)
+    assert "label" in edits.retry_hint(Outcome.SCAFFOLDING, pattern)
 
 
 def test_prompt_shows_the_mistake_contrast_and_tried_rules():
@@ -192,7 +192,7 @@ def test_a_repeated_rule_costs_a_retry_not_the_proposal():
     res = asyncio.run(engine.run())
     assert res.proposals.get("rejected: already tried", 0) >= 1
     assert "new" in answers and res.best_score > res.seed_score
-    assert edits.retry_hint("already tried", "p").startswith("That rule was already tried")
+    assert edits.retry_hint(Outcome.ALREADY_TRIED, "p").startswith("That rule was already tried")
 
 
 @pytest.mark.parametrize(
@@ -215,12 +215,11 @@ def test_a_repeated_rule_costs_a_retry_not_the_proposal():
 def test_a_rule_must_name_the_right_answer_when_the_pattern_states_it(rule, pattern, names):
     _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", CREDIT, [], pattern)
     if "instead of" in rule:  # it names the right answer, worded for the wrong one: refused for that
-        assert why == "describes another answer"
+        assert why is Outcome.DESCRIBES_OTHER
         return
-    assert why == ("" if names else "misses the right answer")
-    if not names:
+    assert why is (None if names else Outcome.MISSES_ANSWER)
+    if why is not None:
         assert edits.expected_answer(pattern) in edits.retry_hint(why, pattern)
-        assert Outcome.rejected(why) is Outcome.MISSES_ANSWER
 
 
 def test_expected_answer_follows_the_intents_pattern():
@@ -377,9 +376,8 @@ def test_a_rule_worded_for_another_answer_is_refused(rule, pattern, current, oth
     split = any(edits.describes_another(part, edits.expected_answer(pattern), others, current)
                 for part in edits.alternatives(rule))
     assert other or split == ("confirms a reservation" in rule)
-    assert why == ("describes another answer" if other or split else "")
-    if other:
-        assert Outcome.rejected(why) is Outcome.DESCRIBES_OTHER
+    assert why is (Outcome.DESCRIBES_OTHER if other or split else None)
+    if why is not None and other:
         assert "not those of " + edits.expected_answer(pattern) in edits.retry_hint(why, pattern)
 
 
@@ -576,7 +574,7 @@ def test_a_rule_that_sends_two_kinds_of_request_to_one_answer_is_refused():
     assert edits.alternatives(rule) == ["the customer asks about restaurant reviews", "wants a restaurant suggestion"]
     _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", "Classify the message.", [], answer="restaurant_reviews",
                             others=["restaurant_suggestion", "meal_suggestion"])
-    assert why == "describes another answer"
+    assert why is Outcome.DESCRIBES_OTHER
     one = "If the customer asks what people say about a restaurant or how it is rated, answer restaurant_reviews."
     assert edits.vet_rule(f"<rule>{one}</rule>", "stop", "Classify the message.", [], answer="restaurant_reviews",
-                          others=["restaurant_suggestion"])[1] == ""
+                          others=["restaurant_suggestion"])[1] is None

@@ -202,14 +202,15 @@ def test_outcome_labels_are_the_labels_shown_before():
 
 
 def test_every_rejection_the_vetters_can_give_is_an_outcome():
-    # a reason without an Outcome would raise in the middle of a run: scan the vetters' return statements
+    # the vetters name their reasons as Outcome members (never a string made into one): scan their returns
     reflect = (SRC / "engine" / "reflect.py").read_text()
     edits = (SRC / "engine" / "edits.py").read_text()
-    reasons = set(re.findall(r'ReflectionProposal\([^,]+, "([^"]+)"', reflect))
-    reasons |= set(re.findall(r'return (?:rule|""), "([^"]+)"', edits))
-    assert {"truncated", "empty", "unchanged", "chat reply"} <= reasons
-    for why in reasons | {"already tried", "over the length budget"}:
-        assert Outcome.rejected(why).group == "rejected"
+    reasons = set(re.findall(r'ReflectionProposal\([^,]+, Outcome\.([A-Z_]+)', reflect))
+    reasons |= set(re.findall(r'return (?:rule|""), Outcome\.([A-Z_]+)', edits))
+    assert {"TRUNCATED", "EMPTY", "UNCHANGED", "CHAT_REPLY", "MISSES_ANSWER", "DESCRIBES_OTHER"} <= reasons
+    assert not re.search(r'ReflectionProposal\([^,]+, "|return (?:rule|""), "', reflect + edits)
+    for name in reasons:
+        assert Outcome[name].group == "rejected"
 
 
 def test_proposals_are_counted_by_outcome_and_still_looked_up_by_label():

@@ -161,15 +161,15 @@ def reflection_params(request: ProposalRequest, attempt: int, temperatures: Sequ
 
 
 def refusal(request: ProposalRequest, component: str, text: str, kept: list[demos.Demo], *, limit: int | None,
-            check_tried: bool = True) -> str:
-    """Why a vetted instruction `text` for `component` is still refused before any rollout ("" if it is not): longer
+            check_tried: bool = True) -> Outcome | None:
+    """Why a vetted instruction `text` for `component` is still refused before any rollout (None if it is not): longer
     than `limit`, or its child (the parent with `text` and the demonstrations `kept`) was proposed before, so the
     reflection LM is asked again rather than the proposal ending."""
     if limit and len(text) > limit:
-        return "over the length budget"
+        return Outcome.OVER_LENGTH
     if check_tried and request.tried(request.parent.replace(component, demos.join(text, kept))):
-        return "already tried"
-    return ""
+        return Outcome.ALREADY_TRIED
+    return None
 
 
 class Rewrite:
@@ -205,21 +205,18 @@ class Rewrite:
             if out is None:
                 continue
             proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
-            if not proposal.rejected:  # (several components: the child is their combination, not checked here)
-                why = refusal(request, component, proposal.text, kept, limit=limit,
-                              check_tried=len(request.components) == 1)
-                proposal = replace(proposal, rejected=why)
-            rejected = Outcome.rejected(proposal.rejected) if proposal.rejected else None
+            rejected = proposal.rejected or refusal(  # (several components: their combination is not checked here)
+                request, component, proposal.text, kept, limit=limit, check_tried=len(request.components) == 1)
             request.emit(ev.ReflectionAnswered(attempt, rejected, proposal.text, out.text))
             if rejected is None:
                 return demos.join(proposal.text, kept)
             request.count(rejected)
-            if proposal.rejected == "truncated":
+            if rejected is Outcome.TRUNCATED:
                 max_tokens *= 2
-            if proposal.rejected == "over the length budget" and limit:  # a new request: shorten it
+            if rejected is Outcome.OVER_LENGTH and limit:  # a new request: shorten it
                 messages = shorten_messages(proposal.text, limit)
             else:
-                messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact)
+                messages = retry_messages(messages, out.text, rejected, artifact=artifact)
         return None
 
 
@@ -416,7 +413,7 @@ class Edit:
         messages = edits.build_edit_prompt(current, focus, component, tried_rules, by_id, limit=limit)
         shown = [edits.shown(r, component, example=by_id.get(r.example_id)) for r in focus.failures + focus.contrast]
 
-        def vet(out: Completion) -> tuple[str, str]:
+        def vet(out: Completion) -> tuple[str, Outcome | None]:
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
             child_text = edits.apply_rule(current, rule, edits.expected_answer(focus.pattern))
             return rule, why or refusal(request, component, child_text, kept, limit=limit)
@@ -424,7 +421,8 @@ class Edit:
         return await self._ask(request, messages, vet, lambda why: edits.retry_hint(why, focus.pattern))
 
     async def _ask(self, request: ProposalRequest, messages: list[Message],
-                   vet: Callable[[Completion], tuple[str, str]], hint: Callable[[str], str]) -> str | None:
+                   vet: Callable[[Completion], tuple[str, Outcome | None]], hint: Callable[[Outcome], str]
+                   ) -> str | None:
         """Ask the reflection LM for a rule; `vet` each answer (rule, why refused) and ask again, told `hint(why)`,
         a bounded number of times."""
         cfg = request.config
@@ -434,14 +432,13 @@ class Edit:
             out = await request.reflect(messages, params)
             if out is None:
                 continue
-            rule, why = vet(out)
-            rejected = Outcome.rejected(why) if why else None
+            rule, rejected = vet(out)
             request.emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
             if rejected is None:
                 return rule
             request.count(rejected)
             messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
-                        {"role": "user", "content": hint(why)}]
+                        {"role": "user", "content": hint(rejected)}]
         return None
 
 
