@@ -40,11 +40,21 @@ from gepetto.engine.reflect import (
     shorten_messages,
     vet,
 )
-from gepetto.engine.state import RunState
+from gepetto.engine.state import MemoryKey, RunState
 from gepetto.events import Outcome
 from gepetto.lm.base import Completion, Message
 from gepetto.program import Rollout
 from gepetto.types import Candidate, Example
+
+# what the built-in proposers remember in `state.memory`
+# {(candidate id, component): {failure pattern: the rules tried for it that did not help}}
+RULES_TRIED: MemoryKey[dict[tuple[str, str], dict[str, list[str]]]] = MemoryKey("edit.rules_tried", dict)
+# {(candidate id, component): the failure patterns no usable rule came for}
+UNANSWERED: MemoryKey[dict[tuple[str, str], set[str]]] = MemoryKey("edit.unanswered", dict)
+# {component: the iteration of the proposal that makes its first draft of the rules}
+DRAFTED: MemoryKey[dict[str, int]] = MemoryKey("edit.drafted", dict)
+# {"demo" | "other": [passed, tested]}: the minibatch tests of each kind of proposal (adaptive few-shot)
+DEMO_TESTS: MemoryKey[dict[str, list[int]]] = MemoryKey("fewshot.tests", lambda: {"demo": [0, 0], "other": [0, 0]})
 
 
 @dataclass(frozen=True)
@@ -256,13 +266,13 @@ class Edit:
     def _undrafted(self, state: RunState, components: Sequence[str]) -> bool:
         """Whether no proposal on `components` has been planned to make the first draft of the rules yet."""
         return bool(self.definitions) and self._edits(state, components) and (
-            components[0] not in state.memory.get(DRAFTED, {}))
+            components[0] not in (state.memory.peek(DRAFTED) or {}))
 
     def drafts(self, request: ProposalRequest) -> bool:
         """Whether this proposal makes the first draft of the rules (`definitions`): the first one planned on its
         component (chosen when planned, so the proposals of a round never race for it)."""
         return self._edits(request.state, request.components) and (
-            request.state.memory.get(DRAFTED, {}).get(request.components[0]) == request.iteration)
+            (request.state.memory.peek(DRAFTED) or {}).get(request.components[0]) == request.iteration)
 
     def minibatch(self, state: RunState, parent: Candidate, components: Sequence[str], trainset: Sequence[Example]
                   ) -> list[Example] | None:
@@ -278,7 +288,7 @@ class Edit:
         # this plan makes the first draft (state.iteration: the plan's); a plan the loop then drops at the budget's
         # tail takes the draft with it
         if self._undrafted(state, components):
-            state.memory.setdefault(DRAFTED, {})[components[0]] = state.iteration
+            state.memory.of(DRAFTED)[components[0]] = state.iteration
             evidence = max(evidence, self.definitions)
         want = min(max(cfg.minibatch_size, evidence - known), n - known)
         chosen: list[Example] = []
@@ -298,11 +308,11 @@ class Edit:
         if self.drafts(request):
             return await self._draft(request, component)
         evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
-        memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.setdefault("edit.rules_tried", {})
+        memory = st.memory.of(RULES_TRIED)
         tried = memory.setdefault((parent.id, component), {})
         # patterns no usable rule came for on this parent (every attempt refused): not asked again, from the next
         # round on (`request.later`: a proposal running beside this one on the same parent does not see them)
-        skipped: dict[tuple[str, str], set[str]] = st.memory.setdefault("edit.unanswered", {})
+        skipped = st.memory.of(UNANSWERED)
         unanswered, refused = skipped.setdefault((parent.id, component), set()), set()
         diagnosis = diagnose(request)
         patterns = sorted({edits.pattern_of(r, diagnosis) for r in evidence if r.score.value < cfg.perfect_score})
@@ -442,10 +452,6 @@ class Edit:
         return None
 
 
-DRAFTED = "edit.drafted"  # state.memory: {component: the iteration of the proposal that makes its first draft}
-TESTS_KEY = "fewshot.tests"  # state.memory: {"demo" | "other": [passed, tested]}, the minibatch tests of each kind
-
-
 def demo_share(base: float, tests: Mapping[str, Sequence[int]]) -> float:
     """The share of proposals that add a demonstration (adaptive_fewshot): `base` (fewshot_share) weighted by how
     often each kind of proposal passed its test so far, (passed + 1) / (tested + 2) each; before any test, `base`.
@@ -495,7 +501,7 @@ class FewShot:
         first_draft = drafts is not None and drafts(request)
         share, tests = cfg.fewshot_share, None
         if cfg.adaptive_fewshot:
-            tests = request.state.memory.setdefault(TESTS_KEY, {"demo": [0, 0], "other": [0, 0]})
+            tests = request.state.memory.of(DEMO_TESTS)
             share = demo_share(share, tests)
         # (the draw comes before the test room's check: the rest of the proposal is the same whether a demonstration
         # fits or not, so a resume with a larger budget, where it fits, takes the path of a run given it from the start)
@@ -545,7 +551,7 @@ class FewShot:
         if request.tried(parent.replace(component, text)):
             return None
         by_id = {e.id: e for e in request.trainset}
-        memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.get("edit.rules_tried", {})
+        memory = st.memory.peek(RULES_TRIED) or {}
 
         def verdict(child: Candidate, accepted: bool) -> None:
             # the rules that failed on the parent (edit proposer) are remembered for its demo child too
