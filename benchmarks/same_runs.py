@@ -4,6 +4,8 @@ wall-clock fields dropped, so that two builds can be compared byte for byte.
 
     python benchmarks/same_runs.py dump OUT_DIR          # one JSON file per configuration, and digests.txt
     python benchmarks/same_runs.py compare DIR_A DIR_B   # which files differ, and the first difference of each
+    python benchmarks/same_runs.py compare DIR_A DIR_B --route-as-specs   # the route's settings and the idle-option
+        # warning written as after issue 39 item 1 (strategy specs) on both sides, then compared
 
 The options are spelt for the build at hand: strategy parameters as specs (`edit(rules=2)`) where the build has
 them, as flat options (`edit_rules=2`) where it does not. `--proposal-rng TEMPLATE` sets the seed string of the
@@ -176,7 +178,40 @@ def dump(out: Path) -> None:
     (out / "digests.txt").write_text("\n".join(lines) + "\n")
 
 
-def compare(a: Path, b: Path) -> int:
+# the route's settings as flat options (before strategy specs) -> as specs (after)
+FLAT_SETTINGS = {
+    (("definitions", 60), ("edit_rules", 3), ("parent_selector", "current-best"), ("proposer", "edit")):
+        {"parent_selector": "current-best", "proposer": "edit(rules=3, definitions=60)"},
+    (("definitions", 60), ("parent_selector", "current-best"), ("proposer", "edit")):  # auto(rules=5)
+        {"parent_selector": "current-best", "proposer": "edit(rules=5, definitions=60)"},
+    (("definitions", 0), ("edit_rules", 1), ("parent_selector", "pareto"), ("proposer", "rewrite")):
+        {"parent_selector": "pareto", "proposer": "rewrite"},
+    (("definitions", 0), ("parent_selector", "pareto"), ("proposer", "rewrite")):  # auto(rules=5)
+        {"parent_selector": "pareto", "proposer": "rewrite"},
+    (("definitions", 0), ("edit_rules", 1), ("proposer", "rewrite")): {"proposer": "rewrite"},
+}
+
+
+def as_specs(data: Any) -> Any:
+    """A dump with the route's settings and the idle-option warning in the words of strategy specs."""
+    if isinstance(data, dict):
+        if data.get("kind") == "route":
+            flat = tuple(sorted(data["settings"].items()))
+            data = {**data, "settings": FLAT_SETTINGS.get(flat, data["settings"])}
+        return {k: as_specs(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [as_specs(v) for v in data]
+    if isinstance(data, str):
+        return data.replace("edit_rules has no effect", "rules has no effect")
+    return data
+
+
+def lines(path: Path, route_as_specs: bool) -> list[str]:
+    data = json.loads(path.read_text())
+    return json.dumps(as_specs(data) if route_as_specs else data, indent=1, sort_keys=True).splitlines()
+
+
+def compare(a: Path, b: Path, route_as_specs: bool = False) -> int:
     differ = 0
     for path in sorted(a.glob("*.json")):
         other = b / path.name
@@ -184,7 +219,7 @@ def compare(a: Path, b: Path) -> int:
             print(f"{path.name}: only in {a}")
             differ += 1
             continue
-        left, right = path.read_text().splitlines(), other.read_text().splitlines()
+        left, right = lines(path, route_as_specs), lines(other, route_as_specs)
         if left == right:
             print(f"{path.name}: identical")
             continue
@@ -205,6 +240,7 @@ def main() -> None:
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
+    c.add_argument("--route-as-specs", action="store_true")
     args = ap.parse_args()
     if args.cmd == "dump":
         if args.proposal_rng is not None:
@@ -215,7 +251,7 @@ def main() -> None:
             loop.PROPOSAL_RNG = args.proposal_rng  # type: ignore[attr-defined]
         dump(args.out)
     else:
-        sys.exit(1 if compare(args.a, args.b) else 0)
+        sys.exit(1 if compare(args.a, args.b, args.route_as_specs) else 0)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import pytest
 
 from gepetto.api import build_engine
 from gepetto.engine import edits
+from gepetto.engine.proposers import Edit
 from gepetto.events import Outcome
 from gepetto.program import Rollout, TraceEntry
 from gepetto.testing import ScriptedLM, sim
@@ -122,7 +123,7 @@ def test_edit_proposer_reaches_the_optimum_within_budget():
     task = sim.task(n_train=16, n_val=8, kinds=4)
     result = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                           program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(_rule_writer),
-                          budget=300, proposer="edit", use_merge=False).run
+                          budget=300, proposer="edit", merge="off").run
     import asyncio
 
     res = asyncio.run(result())
@@ -152,7 +153,7 @@ def test_gate_rejects_a_rule_that_breaks_solved_cases():
 
     engine = build_engine(seed, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=Fragile(), reflection_lm=ScriptedLM(lambda m, p: next(rules)), budget=80,
-                          proposer="edit", use_merge=False, reflection_attempts=1)
+                          proposer="edit", merge="off", reflection_attempts=1)
     res = asyncio.run(engine.run())
     assert res.proposals.get("rejected: not better on minibatch", 0) >= 1
     assert res.proposals.get("accepted", 0) == 0 and len(res.candidates) == 1
@@ -188,7 +189,7 @@ def test_a_repeated_rule_costs_a_retry_not_the_proposal():
 
     engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(writer), budget=120, proposer="edit",
-                          use_merge=False)
+                          merge="off")
     res = asyncio.run(engine.run())
     assert res.proposals.get("rejected: already tried", 0) >= 1
     assert "new" in answers and res.best_score > res.seed_score
@@ -283,7 +284,7 @@ def test_the_gate_keeps_solved_cases_of_both_answers_in_turn():
 
 
 def test_several_rules_per_proposal_share_one_validation():
-    """edit_rules=3: each proposal asks for rules for three different patterns; the child carries them all and is
+    """edit(rules=3): each proposal asks for rules for three different patterns; the child carries them all and is
     tested on failures of each, so the optimum needs fewer validated children than one rule at a time."""
     import asyncio
 
@@ -293,7 +294,7 @@ def test_several_rules_per_proposal_share_one_validation():
     def run(k):
         engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                               program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(_rule_writer),
-                              budget=300, proposer="edit", use_merge=False, edit_rules=k,
+                              budget=300, proposer=f"edit(rules={k})", merge="off",
                               callbacks=[lambda e: tested.append((k, e)) if type(e).__name__ == "ProposalTested"
                                          else None])
         return asyncio.run(engine.run())
@@ -324,7 +325,7 @@ def test_a_pattern_no_usable_rule_came_for_is_not_asked_again_on_that_parent():
 
     engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(writer), budget=300, proposer="edit",
-                          use_merge=False)
+                          merge="off")
     res = asyncio.run(engine.run())
     assert asked and len(asked) == len(set(asked))  # each (parent, pattern) asked once, never again
     assert res.proposals.get("rejected: empty", 0) == len(asked) * 3  # its three attempts, no more
@@ -425,7 +426,7 @@ def _definition_writer(messages, params):
 
 
 def test_a_first_draft_writes_one_rule_per_right_answer_and_is_validated_once():
-    """definitions=n: the first proposal runs the seed on n training examples and drafts one rule per right answer
+    """edit(definitions=n): the first proposal runs the seed on n training examples and drafts one rule per right answer
     seen failing there, each written from inputs whose right answer it is; one child carries them all."""
     import asyncio
 
@@ -441,8 +442,8 @@ def test_a_first_draft_writes_one_rule_per_right_answer_and_is_validated_once():
     def run(definitions):
         tested.clear()
         engine = build_engine(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
-                              reflection_lm=ScriptedLM(_definition_writer), budget=60, proposer="edit",
-                              use_merge=False, definitions=definitions, callbacks=[on])
+                              reflection_lm=ScriptedLM(_definition_writer), budget=60,
+                              proposer=Edit(definitions=definitions), merge="off", callbacks=[on])
         return asyncio.run(engine.run())
 
     without = run(0)
@@ -468,7 +469,7 @@ def test_the_first_draft_goes_before_a_demonstration_and_only_once():
     tested = []
     engine = build_engine(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
                           reflection_lm=ScriptedLM(lambda m, p: "<rule>If it rains, answer beta.</rule>"),
-                          budget=120, proposer="edit", use_merge=False, definitions=20, fewshot=2, fewshot_share=1.0,
+                          budget=120, proposer="edit(definitions=20)", merge="off", fewshot="fewshot(k=2, share=1)",
                           callbacks=[lambda e: tested.append(e) if type(e).__name__ == "ProposalTested" else None])
     asyncio.run(engine.run())
     assert tested[0].pattern == "first draft of the rules"
@@ -493,8 +494,8 @@ def test_a_run_with_a_first_draft_resumes_to_the_uninterrupted_result(tmp_path):
 
     def run(storage, stop=None):
         return gepetto.optimize(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
-                                reflection_lm=ScriptedLM(writer), budget=120, seed=1, proposer="edit",
-                                definitions=12, fewshot=2, storage=storage, run="r", stop=stop)
+                                reflection_lm=ScriptedLM(writer), budget=120, seed=1, proposer="edit(definitions=12)",
+                                fewshot=2, storage=storage, run="r", stop=stop)
 
     whole = run(tmp_path / "whole.sqlite")
     assert whole.best_score == 1.0 and len(whole.candidates) >= 3  # the draft, then an edit for what it left out
@@ -527,7 +528,7 @@ def test_a_proposal_with_an_empty_test_is_validated_directly(test_on):
     ran: list[tuple[str, str]] = []
     engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(["unused"]), budget=40, proposer=Noop(),
-                          use_merge=False, callbacks=[lambda e: ran.append((e.candidate, e.example))
+                          merge="off", callbacks=[lambda e: ran.append((e.candidate, e.example))
                                                       if type(e).__name__ == "RolloutFinished" else None])
     res = asyncio.run(engine.run())
     direct = test_on == ()
@@ -557,9 +558,8 @@ def test_rounds_of_edit_proposals_do_not_hang_on_timing(definitions, seed):
 
         engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                               program=task.program, task_lm=sim.SimTaskLM(latency=latency),
-                              reflection_lm=ScriptedLM(writer), budget=300, proposer="edit", use_merge=False,
-                              proposals_per_round=4, max_concurrency=8, reflection_attempts=1,
-                              definitions=definitions, seed=seed)
+                              reflection_lm=ScriptedLM(writer), budget=300, proposer=Edit(definitions=definitions),
+                              merge="off", proposals_per_round=4, max_concurrency=8, reflection_attempts=1, seed=seed)
         res = asyncio.run(engine.run())
         return res, [c.candidate.id for c in res.candidates], dict(res.proposals)
 

@@ -38,7 +38,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from gepetto import __version__
-from gepetto.config import ConfigError, RunConfig, load_config, read_config_file
+from gepetto.config import ConfigError, RunConfig, load_config, read_config_file, stored_options
 from gepetto.engine.pareto import best_index, evidence
 from gepetto.lm.base import LMError
 from gepetto.program import MetricError
@@ -254,7 +254,7 @@ def _config_parameters() -> dict[str, inspect.Parameter]:
         panel = None if name in COMMON else str(extra.get("group", "Options"))
         aliases = [str(a) for a in cast(list, extra.get("cli_aliases") or [])]  # e.g. --track for --tracking
         decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag, *aliases]
-        metavar = ("" if kind is bool else None) if kind is not None else "YAML"
+        metavar = ("" if kind is bool else extra.get("metavar")) if kind is not None else "YAML"
         option = typer.Option(None, *decls, help=_help(field, field.annotation), rich_help_panel=panel,
                               show_default=False, metavar=metavar)
         params[name] = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
@@ -385,7 +385,7 @@ def _check(cfg: RunConfig, explicit: set[str], preset: str | None, *, storage: s
     with _errors(debug):
         stored = _stored_run(storage, run)
         if stored is not None:
-            cfg = RunConfig(**{"adaptive_fewshot": False, **stored.config})
+            cfg = RunConfig(**stored_options(stored.config))
             _line("run", f"{run!r} exists in {storage} ({stored.shown_status}): `gepetto optimize --run {run}` "
                   "resumes it with its stored options, checked below")
             if preset is not None:

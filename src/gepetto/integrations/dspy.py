@@ -439,7 +439,7 @@ def optimize(module: Any, trainset: Sequence[Any], metric: Callable[..., Any], *
     gepetto LM object. `callbacks` (one callable or a list, called with every typed event: gepetto.events),
     `config` (a `gepetto.config.EngineConfig`; a keyword given wins over it), `budget` (default: the config's),
     `storage`, `run`, `cache` (gepetto's cache of reflection answers) and the other keyword options (seed,
-    minibatch_size, max_concurrency, use_merge, components, component_descriptions, proposer, parent_selector,
+    minibatch_size, max_concurrency, merge, components, component_descriptions, proposer, parent_selector,
     stop, ...) are those of `gepetto.optimize`; an unknown one raises a `gepetto.ConfigError`. The module given
     is never changed.
     """
@@ -473,7 +473,7 @@ _COMPONENTS = {"round_robin": "round-robin", "all": "all"}
 # gepetto.optimize's options that GEPA's own arguments set (one name for each thing: dspy.GEPA's)
 _GEPA_SETS = {"budget": "auto, max_metric_calls or max_full_evals", "minibatch_size": "reflection_minibatch_size",
               "parent_selector": "candidate_selection_strategy", "component_selector": "component_selector",
-              "use_merge": "use_merge", "max_merges": "max_merge_invocations", "max_concurrency": "num_threads",
+              "merge": "use_merge and max_merge_invocations", "max_concurrency": "num_threads",
               "perfect_score": "perfect_score", "seed": "seed", "tracking": "use_mlflow",
               "reflection_lm": "reflection_lm"}
 
@@ -624,7 +624,8 @@ class GEPA(dspy.teleprompt.Teleprompter):
             "parent_selector": _SELECTION[candidate_selection_strategy],
             "component_selector": (_COMPONENTS.get(component_selector, component_selector)
                                    if isinstance(component_selector, str) else component_selector),
-            "use_merge": use_merge, "max_merges": max_merge_invocations, "max_concurrency": num_threads,
+            "merge": ("off" if not use_merge else "merge" if max_merge_invocations is None
+                      else f"merge(max={max_merge_invocations})"), "max_concurrency": num_threads,
             "perfect_score": perfect_score, "seed": seed, "tracking": "mlflow" if use_mlflow else None,
         }
         # None: gepetto's default (gepetto.optimize takes None as "not given")
