@@ -29,11 +29,23 @@ def keywords(fn):
     return {n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY}
 
 
-@pytest.mark.parametrize("fn", [gepetto.optimize, gepetto.optimize_async, gepetto.build_engine])
-def test_every_engine_option_is_an_explicit_keyword_of_the_api(fn):
-    assert keywords(fn) >= ENGINE_FIELDS
-    assert "config" in keywords(fn)
-    assert not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+@pytest.mark.parametrize(("fn", "options"), [(gepetto.optimize, "OptimizeOptions"),
+                                              (gepetto.optimize_async, "OptimizeOptions"),
+                                              (gepetto.build_engine, "BuildOptions")])
+def test_the_options_are_written_once_as_typed_keywords_of_the_api(fn, options):
+    """The engine options are one typed dictionary, EngineOptions, in EngineConfig's order; optimize,
+    optimize_async and build_engine unpack it (with the run's own options), so an editor and a type checker see
+    every keyword with its type, and nothing travels through locals()."""
+    from gepetto import api
+
+    assert tuple(api.EngineOptions.__annotations__) == tuple(EngineConfig.model_fields)
+    params = inspect.signature(fn).parameters
+    assert [n for n, p in params.items() if p.kind is not p.VAR_KEYWORD] == ["seed_candidate", "trainset", "metric"]
+    (unpacked,) = [p for p in params.values() if p.kind is p.VAR_KEYWORD]
+    assert unpacked.annotation == f"Unpack[{options}]"
+    keys = set(getattr(api, options).__annotations__)
+    assert keys >= ENGINE_FIELDS | {"config", "valset", "program", "task_lm", "reflection_lm", "callbacks", "stop"}
+    assert "locals()" not in inspect.getsource(api)
 
 
 def test_evaluate_takes_the_engine_options_it_uses():

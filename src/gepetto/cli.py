@@ -254,7 +254,8 @@ def _config_parameters() -> dict[str, inspect.Parameter]:
         panel = None if name in COMMON else str(extra.get("group", "Options"))
         aliases = [str(a) for a in cast(list, extra.get("cli_aliases") or [])]  # e.g. --track for --tracking
         decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag, *aliases]
-        metavar = ("" if kind is bool else extra.get("metavar")) if kind is not None else "YAML"
+        shown = extra.get("metavar")  # e.g. SPEC for an option naming a strategy
+        metavar = ("" if kind is bool else None if shown is None else str(shown)) if kind is not None else "YAML"
         option = typer.Option(None, *decls, help=_help(field, field.annotation), rich_help_panel=panel,
                               show_default=False, metavar=metavar)
         params[name] = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,

@@ -53,6 +53,7 @@ try:
 except ImportError as exc:  # pragma: no cover - run without DSPy installed
     raise ImportError(f"gepetto.integrations.dspy needs DSPy: {install_hint('dspy')}") from exc
 
+from gepetto.api import OptimizeOptions
 from gepetto.api import optimize as _optimize
 from gepetto.api import optimize_async as _optimize_async
 from gepetto.config import DEFAULT_REFLECTION_LM, CacheMode, EngineConfig, UnknownOptionError
@@ -677,7 +678,7 @@ def _check_options(options: Mapping[str, Any]) -> None:
     taken = sorted(set(options) & set(_GEPA_SETS))
     if taken:
         raise UnknownOptionError("GEPA(): " + "; ".join(f"{k} is set by dspy.GEPA's {_GEPA_SETS[k]}" for k in taken))
-    accepted = set(inspect.signature(_optimize).parameters) - _TAKEN - set(_GEPA_SETS) - {
+    accepted = set(OptimizeOptions.__annotations__) - _TAKEN - set(_GEPA_SETS) - {
         "seed_candidate", "valset", "callbacks", "storage", "run", "config"}
     accepted |= {"predictor_feedback", "dspy_cache"}
     unknown = sorted(set(options) - accepted)
