@@ -196,7 +196,7 @@ def test_a_run_stored_in_the_format_before_specs_is_refused_on_resume_and_still_
         "epsilon-greedy(epsilon=0.3)", "paired(tolerance=0.2)", "racing(chunk=4)", "edit(rules=2)", "merge(max=5)",
         "fewshot(k=2, adaptive=False)")  # (a run stored before adaptive_fewshot existed had a fixed share)
     checked = cli("check", "--run", "r", "--storage", "s.sqlite")
-    assert checked.exit_code == 0 and "exists in s.sqlite" in checked.output, checked.output
+    assert checked.exit_code == 0 and "stored by an earlier gepetto (run format 1)" in checked.output, checked.output
 
 
 def test_a_run_started_under_other_defaults_is_refused_on_resume(cli, monkeypatch):

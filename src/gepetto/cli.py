@@ -386,9 +386,12 @@ def _check(cfg: RunConfig, explicit: set[str], preset: str | None, *, storage: s
     with _errors(debug):
         stored = _stored_run(storage, run)
         if stored is not None:
-            cfg = RunConfig(**stored_options(stored.config))
-            _line("run", f"{run!r} exists in {storage} ({stored.shown_status}): `gepetto optimize --run {run}` "
-                  "resumes it with its stored options, checked below")
+            options = stored_options(stored.config)
+            cfg = RunConfig(**options)
+            resumes = (f"`gepetto optimize --run {run}` resumes it" if options == stored.config else
+                       "stored by an earlier gepetto (run format 1), it is not resumed")
+            _line("run", f"{run!r} exists in {storage} ({stored.shown_status}): {resumes}; its stored options are "
+                  "checked below")
             if preset is not None:
                 raise ConfigError(f"run {run!r} exists and keeps its budget; a preset sizes a new run only")
         task = load_run_task(ck.stored_config(cfg), Ledger())

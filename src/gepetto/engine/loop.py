@@ -39,6 +39,9 @@ from gepetto.specs import build
 from gepetto.types import Candidate, Example
 
 T = TypeVar("T")
+# the seed string of each proposal's random generator: part of every run's path, so a change to it is a new run
+# format (config.RUN_FORMAT), whose stored runs the older gepetto refuses to resume and the other way round
+PROPOSAL_RNG = "{seed}:{iteration}:proposal"
 
 
 class RolloutStore(Protocol):
@@ -419,9 +422,9 @@ class Engine:
         parent_runs, ran = await self._evaluate(parent, plan.batch), plan.batch
         if plan.reserve:
             plan, parent_runs, ran = await self._seek_failures(plan, parent, parent_runs)
-        # the rng's seed string is part of every run's path: another one would change stored runs (docs/design-notes.md)
+        rng = random.Random(PROPOSAL_RNG.format(seed=self.config.seed, iteration=plan.iteration))
         request = ProposalRequest(parent, plan.parent_idx, plan.components, plan.batch, parent_runs, plan.iteration,
-                                  random.Random(f"{self.config.seed}:{plan.iteration}:edit"), self.config,
+                                  rng, self.config,
                                   self._as_of_round(parent, ran), self.trainset, _Services(self, plan.iteration),
                                   plan.test)
         proposal = as_proposal(await self.strategies.proposer.propose(request), request)
