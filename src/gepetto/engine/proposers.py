@@ -455,8 +455,7 @@ class Edit(Knobs, Proposer):
         """The first draft of the rules list: one rule per answer seen in the training rollouts' confusions
         ("answered X, expected Y": X and Y), each from up to 4 inputs whose right answer it is (any candidate's
         rollouts: the right answer belongs to the example). The child is validated without a test: a dozen new
-        lines at once, whose gain the few examples of a test cannot show (on the real track it tied or lost its
-        6-example test in 2 of 6 runs while every draft probed gained on test)."""
+        lines at once, whose gain the few examples of a test cannot show (docs/design-notes.md)."""
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         by_id = {e.id: e for e in request.trainset}
         known = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in by_id]
@@ -486,7 +485,7 @@ class Edit(Knobs, Proposer):
     async def _vetted(self, request: ProposalRequest, messages: list[Message], current: str,
                       shown: list[ReflectionExample], *, answer: str, others: Sequence[str]) -> str | None:
         """A drafted rule for `answer`, vetted like an edit's rule. Its wording as a whole is checked against the
-        parent's rule lines only (a loose line for every answer helps more than none: benchmarks/draft_probe.py);
+        parent's rule lines only, since a loose line for every answer helps more than none (docs/design-notes.md);
         each condition it joins with "or" also against the draft's `others` answers, so that one line does not
         send two kinds of request to one answer."""
         request.services.emit(ev.PhaseStarted("reflection"))
