@@ -234,8 +234,9 @@ class Strategies:
 
 
 def resolve(option: str, obj: Any, cfg: EngineConfig) -> Any:
-    """The strategy for `option`: `obj` itself (an object of one's own), or the built-in the config names."""
-    if obj is not None and not isinstance(obj, str):
+    """The strategy for `option`: `obj` itself (an object of one's own), or the built-in it is or the config
+    names (made for this run: `Knobs.bind`)."""
+    if obj is not None and not isinstance(obj, str) and not is_builtin(option, obj):
         if option == "proposer":
             proposer = as_proposer(obj)
             fewshot = build("fewshot", cfg.fewshot)  # beside a proposer of one's own: when k is set
@@ -249,7 +250,7 @@ def resolve(option: str, obj: Any, cfg: EngineConfig) -> Any:
             return _Function(obj)
         return obj
     spec = obj or getattr(cfg, option)
-    if spec.startswith(PYTHON):
+    if isinstance(spec, str) and spec.startswith(PYTHON):
         raise ConfigError(f"{option} {spec!r} stands for an object given to gepetto.optimize(); pass that object "
                           f"again ({option}=...), or a built-in: {', '.join(STRATEGIES[option])}")
     strategy = build(option, spec).bind(cfg)
