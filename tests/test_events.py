@@ -74,9 +74,12 @@ def test_events_can_be_matched():
 def test_callbacks_is_a_keyword_only_argument_beside_the_config_and_on_event_is_gone():
     import inspect
 
+    from gepetto.api import RunOptions
+
     for fn in (gepetto.optimize, gepetto.optimize_async, gepetto.build_engine):
-        params = inspect.signature(fn).parameters
-        assert params["callbacks"].kind is inspect.Parameter.KEYWORD_ONLY and "on_event" not in params
+        params = inspect.signature(fn).parameters  # (the options are keywords only: **options)
+        assert list(params)[:3] == ["seed_candidate", "trainset", "metric"] and "on_event" not in params
+    assert "callbacks" in RunOptions.__annotations__ and "on_event" not in RunOptions.__annotations__
     assert "callbacks" not in gepetto.EngineConfig.model_fields  # a runtime object, not a stored option
     with pytest.raises(gepetto.ConfigError, match=r"unknown option 'on_event'; accepted: .*callbacks"):
         _run(budget=60, on_event=print)

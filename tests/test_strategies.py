@@ -534,16 +534,18 @@ def _rules(messages, params):
     return f"<rule>Apply {missing[0]} to such questions.</rule>" if missing else "<rule></rule>"
 
 
-def _stored(storage, stop=None, **options):
+def _stored(storage, stop=None, seed=2, **options):
     task = sim.task(kinds=6, components=2)
     reflection = ScriptedLM(_rules) if str(options.get("proposer")).startswith("edit") else \
         sim.SimReflectionLM(noise=0.3, seed=5, forget=True, max_rules=2)
     return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                             program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=reflection,
-                            budget=200, seed=2, max_concurrency=4, storage=storage, run="r", stop=stop, **options)
+                            budget=200, seed=seed, max_concurrency=4, storage=storage, run="r", stop=stop, **options)
 
 
-@pytest.mark.parametrize("options", [{"parent_selector": name} for name in PARENT_SELECTORS]
+# (each on a seed whose path has merges, and demonstrations when they are on)
+@pytest.mark.parametrize("options", [{"parent_selector": "pareto", "seed": 8}]
+                         + [{"parent_selector": name} for name in PARENT_SELECTORS[1:]]
                          + [{"parent_selector": "epsilon-greedy(epsilon=0.5)", "component_selector": "all"},
                             {"proposer": "edit", "accept": "non_decreasing"},
                             {"proposer": "edit(rules=3)", "accept": "non_decreasing"},
@@ -552,8 +554,9 @@ def _stored(storage, stop=None, **options):
                             {"fewshot": "fewshot(k=2, share=0.7)", "accept": "non_decreasing"},
                             {"fewshot": "fewshot(k=2, adaptive=false)", "accept": "non_decreasing"},
                             {"validation": "racing(chunk=1)", "proposals_per_round": 3},
-                            {"merge": "merge(adaptive=true)"}, {"accept": "paired(tolerance=0.34)", "fewshot": 0},
-                            {"seek_failures": 2}, {"seek_failures": 4, "proposals_per_round": 3},
+                            {"merge": "merge(adaptive=true)", "seed": 8},
+                            {"accept": "paired(tolerance=0.34)", "fewshot": 0},
+                            {"seek_failures": 2, "seed": 8}, {"seek_failures": 4, "proposals_per_round": 3},
                             {"accept": "paired(tolerance=0.34)", "proposals_per_round": 3}])
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, options):
     whole = _stored(tmp_path / "whole.sqlite", **options)
