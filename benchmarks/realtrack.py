@@ -3,7 +3,7 @@
 Usage:
   python benchmarks/realtrack.py headroom [--tasks ...]                    # baseline / seed / expert on val+test
   python benchmarks/realtrack.py optimize --proposer edit --seeds 0 1 2 [--tasks ...] [--budget 300] [--fewshot 4]
-  python benchmarks/realtrack.py optimize ... --set racing=true --run-suffix NAME  # any engine option, as JSON
+  python benchmarks/realtrack.py optimize ... --set validation='"racing"' --run-suffix NAME  # an engine option, JSON
 
 Every task keeps one fixed split (data seed 0: CLINC150's / SNIPS' own train, val and test files); the
 optimisation seed varies. Runs are stored and resumable in --storage (run name `rt-TASK-PROPOSER-sSEED`,

@@ -108,7 +108,7 @@ def test_dspy_gepa_arguments_reach_the_run(tmp_path):
     train, val, _ = ex.splits()
     optimizer = GEPA(metric=ex.metric, max_metric_calls=30, reflection_lm=ex.scripted_dspy_reflection_lm(),
                      reflection_minibatch_size=2, candidate_selection_strategy="current_best",
-                     component_selector="all", use_merge=False, max_merge_invocations=2, num_threads=3,
+                     component_selector="all", use_merge=True, max_merge_invocations=2, num_threads=3,
                      perfect_score=0.9, seed=7, storage=tmp_path / "g.sqlite", run="args", time_limit=600.0,
                      add_format_failure_as_feedback=True, warn_on_score_mismatch=False)
     with dspy.context(lm=ex.scripted_lm()):
@@ -118,8 +118,8 @@ def test_dspy_gepa_arguments_reach_the_run(tmp_path):
     engine = {**config, **config.get("engine", {})}
     assert (engine["budget"], engine["minibatch_size"], engine["parent_selector"], engine["component_selector"]) == (
         30, 2, "current-best", "all")
-    assert (engine["use_merge"], engine["max_merges"], engine["max_concurrency"], engine["perfect_score"],
-            engine["seed"], engine["time_limit"]) == (False, 2, 3, 0.9, 7, 600.0)
+    assert (engine["merge"], engine["max_concurrency"], engine["perfect_score"], engine["seed"],
+            engine["time_limit"]) == ("merge(max=2)", 3, 0.9, 7, 600.0)
     assert config["reflection_lm"] == "python:dspy:scripted/reflection"  # a dspy.LM, named by its model
 
 

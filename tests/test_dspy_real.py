@@ -46,7 +46,7 @@ def test_a_real_two_predictor_program_gets_new_instructions(smollm2_url):
     lm = ex.smollm2_lm(smollm2_url)
     with dspy.context(lm=lm, adapter=ex.PlainAdapter()):
         optimized, result = gdspy.optimize(program, examples, ex.metric, reflection_lm=reflection, budget=6,
-                                           minibatch_size=2, max_concurrency=2, use_merge=False)
+                                           minibatch_size=2, max_concurrency=2, merge="off")
         print(result.summary())
         assert result.best_score > result.seed_score, result.summary()
         assert _instructions(program) == seed  # the module given is untouched

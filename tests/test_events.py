@@ -74,9 +74,12 @@ def test_events_can_be_matched():
 def test_callbacks_is_a_keyword_only_argument_beside_the_config_and_on_event_is_gone():
     import inspect
 
+    from gepetto.api import RunOptions
+
     for fn in (gepetto.optimize, gepetto.optimize_async, gepetto.build_engine):
-        params = inspect.signature(fn).parameters
-        assert params["callbacks"].kind is inspect.Parameter.KEYWORD_ONLY and "on_event" not in params
+        params = inspect.signature(fn).parameters  # (the options are keywords only: **options)
+        assert list(params)[:3] == ["seed_candidate", "trainset", "metric"] and "on_event" not in params
+    assert "callbacks" in RunOptions.__annotations__ and "on_event" not in RunOptions.__annotations__
     assert "callbacks" not in gepetto.EngineConfig.model_fields  # a runtime object, not a stored option
     with pytest.raises(gepetto.ConfigError, match=r"unknown option 'on_event'; accepted: .*callbacks"):
         _run(budget=60, on_event=print)
@@ -202,14 +205,15 @@ def test_outcome_labels_are_the_labels_shown_before():
 
 
 def test_every_rejection_the_vetters_can_give_is_an_outcome():
-    # a reason without an Outcome would raise in the middle of a run: scan the vetters' return statements
+    # the vetters name their reasons as Outcome members (never a string made into one): scan their returns
     reflect = (SRC / "engine" / "reflect.py").read_text()
     edits = (SRC / "engine" / "edits.py").read_text()
-    reasons = set(re.findall(r'ReflectionProposal\([^,]+, "([^"]+)"', reflect))
-    reasons |= set(re.findall(r'return (?:rule|""), "([^"]+)"', edits))
-    assert {"truncated", "empty", "unchanged", "chat reply"} <= reasons
-    for why in reasons | {"already tried", "over the length budget"}:
-        assert Outcome.rejected(why).group == "rejected"
+    reasons = set(re.findall(r'ReflectionProposal\([^,]+, Outcome\.([A-Z_]+)', reflect))
+    reasons |= set(re.findall(r'return (?:rule|""), Outcome\.([A-Z_]+)', edits))
+    assert {"TRUNCATED", "EMPTY", "UNCHANGED", "CHAT_REPLY", "MISSES_ANSWER", "DESCRIBES_OTHER"} <= reasons
+    assert not re.search(r'ReflectionProposal\([^,]+, "|return (?:rule|""), "', reflect + edits)
+    for name in reasons:
+        assert Outcome[name].group == "rejected"
 
 
 def test_proposals_are_counted_by_outcome_and_still_looked_up_by_label():

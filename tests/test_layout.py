@@ -86,7 +86,7 @@ LAYERS = [
     ("lm", ["gepetto.lm"]),
     ("program", ["gepetto.program"]),
     ("tasks and test doubles", ["gepetto.tasks", "gepetto.usertask", "gepetto.testing"]),
-    ("config", ["gepetto.config", "gepetto.presets"]),
+    ("config", ["gepetto.specs", "gepetto.config", "gepetto.presets"]),
     ("engine", ["gepetto.engine", "gepetto.events", "gepetto.strategies"]),
     ("services", ["gepetto.store", "gepetto.report", "gepetto.progress", "gepetto.tracking",
                   "gepetto.integrations.mlflow", "gepetto.integrations.ray"]),

@@ -98,5 +98,5 @@ def test_optimize_runs_against_the_server(llama_server) -> None:
     result = gepetto.optimize("Answer briefly.", examples[:2], metric, valset=examples[2:],
                               task_lm=f"openai:smollm2@{llama_server}", reflection_lm=f"openai:smollm2@{llama_server}",
                               budget=10, seed=0, task_lm_params={"temperature": 0.0, "max_tokens": 16},
-                              reflection_max_tokens=120)
+                              proposer="rewrite(max_tokens=120)")
     assert result.rollouts_used <= 10 and result.ledger.roles["task"].calls >= 2

@@ -18,7 +18,7 @@ def test_a_preset_budget_pays_for_its_proposals_and_validations():
     budgets = [preset_budget(name, n_val=30, n_components=1) for name in ("light", "medium", "heavy")]
     assert budgets == sorted(budgets) and len(set(budgets)) == 3
     assert preset_budget("medium", n_val=60, n_components=1) > preset_budget("medium", n_val=30, n_components=1)
-    edit = EngineConfig(proposer="edit", gate_solved=3)  # its child test adds solved examples
+    edit = EngineConfig(proposer="edit(gate_solved=3)")  # its child test adds solved examples
     assert preset_budget("light", n_val=10, n_components=1, config=edit) == 10 + 8 * 9 + 3 * 10
     said = describe("medium", 357, n_val=9, n_components=2)
     assert "budget 357 rollouts, sized for about 20 proposals and 6 validated candidates per component" in said

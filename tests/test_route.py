@@ -57,8 +57,8 @@ def test_a_closed_answer_set_takes_the_labels_route_and_its_rules_work_with_a_pl
     result, events = _run()
     (chosen,) = [e for e in events if isinstance(e, ev.RouteChosen)]
     assert chosen.name == "labels" and "4 answers from the golds" in chosen.reason
-    assert chosen.settings == {"proposer": "edit", "parent_selector": "current-best", "edit_rules": 3,
-                               "definitions": 60}
+    assert chosen.settings == {"proposer": "edit(rules=3, definitions=60)", "parent_selector": "current-best"}
+    assert "(proposer=edit(rules=3, definitions=60), parent_selector=current-best)" in chosen.describe()
     assert result.best_score > result.seed_score  # the draft's rules, from confusions the metric never named
     assert "answer card_declined" in result.best_candidate["instruction"]
 
@@ -78,13 +78,17 @@ def test_explicit_options_win_and_an_idle_option_warns_once():
     _, events = _run(parent_selector="pareto")
     (chosen,) = [e for e in events if isinstance(e, ev.RouteChosen)]
     assert "parent_selector" not in chosen.settings
+    _, events = _run(proposer="auto(rules=5, gate_solved=2)")  # the auto proposer's parameters win over the route's
+    (chosen,) = [e for e in events if isinstance(e, ev.RouteChosen)]
+    assert chosen.settings["proposer"] == "edit(rules=5, definitions=60, gate_solved=2)"
     task = sim.task(kinds=4)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
-                         task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), budget=40, definitions=30)
+                         task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), budget=40,
+                         proposer="auto(definitions=30, max_tokens=900)")
     said = [str(w.message) for w in caught if "no effect" in str(w.message)]
-    assert len(said) == 1 and "definitions" in said[0]
+    assert len(said) == 1 and "definitions" in said[0] and "max_tokens" not in said[0]  # (rewrite's: it acts)
 
 
 def test_the_route_is_taken_again_on_resume(tmp_path):

@@ -14,7 +14,7 @@ from gepetto.config import ENGINE_FIELDS, PYTHON, STRATEGIES, ConfigError, Engin
 from gepetto.engine import stopping
 from gepetto.engine.executors import aclose_executor
 from gepetto.engine.loop import Engine
-from gepetto.engine.strategies import label
+from gepetto.engine.strategies import builtin_spec, label
 from gepetto.events import Callbacks, Event, Result, StopReason, as_callbacks
 from gepetto.lm.base import LM, LMConfigError, RedactingLM, aclose_lm, check_endpoints
 from gepetto.program import Metric, Program, single_instruction
@@ -26,15 +26,17 @@ if TYPE_CHECKING:
 
 
 def strategy_objects(given: Mapping[str, Any]) -> dict[str, Any]:
-    """The strategies given as objects (not names), by option."""
-    return {k: v for k, v in given.items() if k in STRATEGIES and v is not None and not isinstance(v, str)}
+    """The strategies given as objects of one's own (not specs, nor built-in objects, which are named by their
+    spec), by option."""
+    return {k: v for k, v in given.items()
+            if k in STRATEGIES and v is not None and not isinstance(v, (str, Mapping)) and builtin_spec(v) is None}
 
 
 def engine_config(config: EngineConfig | Mapping[str, Any] | None, given: Mapping[str, Any]) -> EngineConfig:
     """`config` (default: EngineConfig()) with the options in `given` that are not None put in its place; a
-    strategy given as an object is named by its `label` (python:MODULE:QUALNAME)."""
-    changes: dict[str, Any] = {k: label(v) if k in STRATEGIES else v for k, v in given.items()
-                               if k in ENGINE_FIELDS and v is not None}
+    strategy given as an object is named by its `label` (its spec, or python:MODULE:QUALNAME for one's own)."""
+    changes: dict[str, Any] = {k: label(v) if k in STRATEGIES and not isinstance(v, Mapping) else v
+                               for k, v in given.items() if k in ENGINE_FIELDS and v is not None}
     if config is None:
         return EngineConfig(**changes)
     if isinstance(config, EngineConfig):

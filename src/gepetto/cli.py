@@ -38,7 +38,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from gepetto import __version__
-from gepetto.config import ConfigError, RunConfig, load_config, read_config_file
+from gepetto.config import ConfigError, RunConfig, load_config, read_config_file, stored_options
 from gepetto.engine.pareto import best_index, evidence
 from gepetto.lm.base import LMError
 from gepetto.program import MetricError
@@ -256,7 +256,8 @@ def _config_parameters() -> dict[str, inspect.Parameter]:
         panel = None if name in COMMON else str(extra.get("group", "Options"))
         aliases = [str(a) for a in cast(list, extra.get("cli_aliases") or [])]  # e.g. --track for --tracking
         decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag, *aliases]
-        metavar = ("" if kind is bool else None) if kind is not None else "YAML"
+        shown = extra.get("metavar")  # e.g. SPEC for an option naming a strategy
+        metavar = ("" if kind is bool else None if shown is None else str(shown)) if kind is not None else "YAML"
         option = typer.Option(None, *decls, help=_help(field, field.annotation), rich_help_panel=panel,
                               show_default=False, metavar=metavar)
         params[name] = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
@@ -387,9 +388,12 @@ def _check(cfg: RunConfig, explicit: set[str], preset: str | None, *, storage: s
     with _errors(debug):
         stored = _stored_run(storage, run)
         if stored is not None:
-            cfg = RunConfig(**{"adaptive_fewshot": False, **stored.config})
-            _line("run", f"{run!r} exists in {storage} ({stored.shown_status}): `gepetto optimize --run {run}` "
-                  "resumes it with its stored options, checked below")
+            options = stored_options(stored.config)
+            cfg = RunConfig(**options)
+            resumes = (f"`gepetto optimize --run {run}` resumes it" if options == stored.config else
+                       "stored by an earlier gepetto (run format 1), it is not resumed")
+            _line("run", f"{run!r} exists in {storage} ({stored.shown_status}): {resumes}; its stored options are "
+                  "checked below")
             if preset is not None:
                 raise ConfigError(f"run {run!r} exists and keeps its budget; a preset sizes a new run only")
         task = load_run_task(ck.stored_config(cfg), Ledger())

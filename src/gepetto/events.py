@@ -141,11 +141,6 @@ class Outcome(str, Enum):
         return "accepted" if self is Outcome.ACCEPTED else "skipped" if self.value.startswith("skipped") else "rejected"
 
     @classmethod
-    def rejected(cls, why: str) -> Outcome:
-        """The outcome of a reflection answer vetting refused for `why` ("truncated", "chat reply", ...)."""
-        return cls(f"rejected: {why}")
-
-    @classmethod
     def parse(cls, label: str) -> Outcome | None:
         try:
             return cls(label)

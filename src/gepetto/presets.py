@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from gepetto.config import ConfigError, EngineConfig
+from gepetto.specs import build
 
 PresetName = Literal["light", "medium", "heavy"]
 
@@ -45,7 +46,8 @@ def get_preset(name: str) -> Preset:
 def proposal_cost(config: EngineConfig) -> int:
     """Rollouts one proposal costs at most before its validation: the parent's minibatch (with `seek_failures`)
     and the child's test (the edit proposer adds solved examples to it)."""
-    test = config.minibatch_size + (config.gate_solved if config.proposer == "edit" else 0)
+    test = config.minibatch_size + (build("proposer", config.proposer).knobs()["gate_solved"]
+                                    if config.proposer_name == "edit" else 0)
     return config.minibatch_size + config.seek_failures + test
 
 

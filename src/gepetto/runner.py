@@ -35,6 +35,7 @@ from gepetto.config import (
     DEFAULT_TASK_LM,
     PYTHON,
     RESUMABLE_CHANGES,
+    RUN_FORMAT,
     SESSION_ONLY,
     CacheMode,
     ConfigError,
@@ -132,8 +133,7 @@ def _as_stored(obj: Any) -> Any:
 def _stored_config(name: str, storage: Path, config: Mapping[str, Any]) -> RunConfig:
     """A stored run's configuration; one this gepetto cannot load says that it came from the store."""
     try:
-        # a run stored before adaptive_fewshot existed had a fixed few-shot share: it resumes with one
-        return RunConfig(**{"adaptive_fewshot": False, **config})
+        return RunConfig(**config)
     except ConfigError as exc:
         raise ConfigError(f"run {name!r} in {storage}: its stored configuration does not load in this gepetto "
                           f"(it was written by another version, a newer one if an option is unknown here): {exc}\n"
@@ -206,16 +206,33 @@ def _check_same_inputs(store: RunStore, name: str, task: Task, hint: str) -> Non
         raise ConfigError(f"run {name!r} was started on other examples ({'; '.join(problems)}); {hint}")
 
 
+def _check_format(store: RunStore, name: str) -> None:
+    """A resumed run must have been stored in this gepetto's run format (`RUN_FORMAT`, kept with its first
+    session): in another, its options and its proposals' random numbers read otherwise, and it would take another
+    path. Raises ConfigError saying so."""
+    then = _first_session(store, name).get("defaults") or {}
+    stored = then.get("format", 1)  # (format 1 did not say it; a run older than the defaults kept is of it too)
+    if stored != RUN_FORMAT:
+        raise ConfigError(f"run {name!r} was stored by an earlier gepetto (run format {stored}, this one writes "
+                          f"{RUN_FORMAT}: strategies named with their parameters, and the proposals' random numbers "
+                          f"drawn otherwise): resumed here it would not continue the same run, so it is not resumed. "
+                          f"Start a new run, or resume it with the gepetto version that started it; `gepetto show`, "
+                          f"`report`, `export` and `evaluate` still read it")
+
+
+def _unset(cfg: RunConfig, option: str) -> bool:
+    """Whether `cfg` leaves `option` (a key of implicit_defaults) to the gepetto's default."""
+    return cfg.fewshot_k is None if option == "fewshot" else getattr(cfg, option) is None
+
+
 def _check_same_defaults(store: RunStore, name: str, cfg: RunConfig) -> None:
     """A resumed run's unset options must stand for what they stood for when it started (they are kept with its
     first session): a gepetto whose defaults have changed since would not continue the same run. Raises
     ConfigError naming them."""
-    then = _first_session(store, name).get("defaults")  # None: a run stored before defaults were kept
-    if then is None:
-        return
-    now = implicit_defaults()
+    then = _first_session(store, name).get("defaults") or {}
+    now = {k: v for k, v in implicit_defaults().items() if k != "format"}  # (the format: `_check_format`)
     changed = [f"{option}: {then.get(option)} then, {value} now" for option, value in now.items()
-               if getattr(cfg, option) is None and then.get(option) != value]
+               if _unset(cfg, option) and then.get(option) != value]
     if changed:
         raise ConfigError(f"run {name!r} was started by a gepetto whose defaults differ from this one's "
                           f"({'; '.join(changed)}): resumed here it would not continue the same run. Resume it "
@@ -369,6 +386,7 @@ def open_run(
     if info is not None:
         if info.owned_elsewhere:  # (checked again when the run is claimed, in one transaction)
             raise run_in_use(name, info.pid)
+        _check_format(store, name)
         cfg = _resumed_config(name, _stored_config(name, storage, info.config), cfg, explicit or set(), hint)
         _check_same_defaults(store, name, cfg)
         _check_budget(store, name, info, cfg)

@@ -49,6 +49,7 @@ from gepetto.engine.reflect import (
     with_gold,
 )
 from gepetto.engine.reflect import ReflectionExample as Shown
+from gepetto.events import Outcome
 from gepetto.lm.base import Message
 from gepetto.program import Rollout
 from gepetto.types import Example
@@ -314,8 +315,8 @@ def answers_named(text: str) -> list[str]:
 
 def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequence[Shown],
              pattern: str = "", *, answer: str | None = None, others: Iterable[str] = (),
-             split_against: Iterable[str] = ()) -> tuple[str, str]:
-    """(rule, why rejected or ""): a rule worth a rollout is short, new, general and free of our markers
+             split_against: Iterable[str] = ()) -> tuple[str, Outcome | None]:
+    """(rule, why rejected or None): a rule worth a rollout is short, new, general and free of our markers
     (tags, headers, and the failure pattern's own label); when the pattern names the right answer
     ("answered X, expected Y", or `answer` given), the rule must name Y: small models often write the rule
     towards the wrong answer X ("if the customer asks about the card's validity, answer credit_limit_change"),
@@ -328,32 +329,32 @@ def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequenc
         sentences = re.split(r"(?<=[.!?])\s+", rule)
         complete = [s for s in sentences if s.endswith((".", "!", "?"))]
         if not complete:
-            return "", "truncated"
+            return "", Outcome.TRUNCATED
         rule = " ".join(complete)
     if len(rule) < 12:
-        return rule, "empty"
+        return rule, Outcome.EMPTY
     if len(rule) > MAX_RULE_CHARS:
         sentences = re.split(r"(?<=[.!?])\s+", rule)
         rule = " ".join(sentences[:2])[:MAX_RULE_CHARS]
     if _normal(rule) in _normal(current):
-        return rule, "unchanged"
+        return rule, Outcome.UNCHANGED
     if _CHAT_OPENERS.match(rule) or _CHAT_ASKS.search(rule):
-        return rule, "chat reply"
+        return rule, Outcome.CHAT_REPLY
     if has_scaffolding(rule) or (pattern and copies_pattern(rule, pattern)):
-        return rule, "copies our prompt markers"
+        return rule, Outcome.SCAFFOLDING
     answer = expected_answer(pattern) if answer is None else answer
     if answer and not names_answer(rule, answer):
-        return rule, "misses the right answer"
+        return rule, Outcome.MISSES_ANSWER
     rivals = [wrong_answer(pattern), *answers_named(current), *others]
     if answer and (describes_another(rule, answer, rivals, current) or any(
             describes_another(part, answer, [*rivals, *split_against], current) for part in alternatives(rule))):
-        return rule, "describes another answer"
+        return rule, Outcome.DESCRIBES_OTHER
     if echo_fraction(rule, shown_examples) > 0.5:
-        return rule, "echoes the examples"
-    return rule, ""
+        return rule, Outcome.ECHO
+    return rule, None
 
 
-def retry_hint(why: str, pattern: str, *, answer: str | None = None) -> str:
+def retry_hint(why: Outcome, pattern: str, *, answer: str | None = None) -> str:
     """What the reflection LM is told after a refused rule, so the next attempt does not repeat it (`answer`: the
     answer the rule is for when no pattern names it, as in a first draft of the rules)."""
     answer = expected_answer(pattern) if answer is None else answer
@@ -362,18 +363,18 @@ def retry_hint(why: str, pattern: str, *, answer: str | None = None) -> str:
            f"Write a different rule, one sentence in the form \"If <what such an input says or asks>, answer "
            f"{answer}.\", between {RULE_OPEN} and {RULE_CLOSE}.")
     reasons = {
-        "unchanged": "The instruction already says that, and the mistake still happens.",
-        "already tried": "That rule was already tried and did not help.",
-        "echoes the examples": "That copies the inputs; describe the kind of input in general words instead.",
-        "copies our prompt markers": ("That contains headers, tags or the mistake's label from my message; write "
+        Outcome.UNCHANGED: "The instruction already says that, and the mistake still happens.",
+        Outcome.ALREADY_TRIED: "That rule was already tried and did not help.",
+        Outcome.ECHO: "That copies the inputs; describe the kind of input in general words instead.",
+        Outcome.SCAFFOLDING: ("That contains headers, tags or the mistake's label from my message; write "
                                       "only the rule itself, naming the right answer."),
-        "chat reply": "Do not talk to me; write the rule for the assistant.",
-        "misses the right answer": f"The right answer here is {answer}; the rule must say when to answer it.",
-        "describes another answer": (f"That rule describes the inputs of another answer, not those of {answer}; "
+        Outcome.CHAT_REPLY: "Do not talk to me; write the rule for the assistant.",
+        Outcome.MISSES_ANSWER: f"The right answer here is {answer}; the rule must say when to answer it.",
+        Outcome.DESCRIBES_OTHER: (f"That rule describes the inputs of another answer, not those of {answer}; "
                                      f"describe what the inputs whose right answer is {answer} ask for."),
-        "over the length budget": "That rule makes the instruction too long; write a shorter one.",
+        Outcome.OVER_LENGTH: "That rule makes the instruction too long; write a shorter one.",
     }
-    return f"{reasons.get(why, f'That answer was not usable ({why}).')} {ask}"
+    return f"{reasons.get(why, f'That answer was not usable ({why.reason}).')} {ask}"
 
 
 def apply_rule(current: str, rule: str, answer: str = "") -> str:

@@ -27,17 +27,22 @@ from gepetto import events as ev
 from gepetto.config import AUTO, ConfigError, EngineConfig
 from gepetto.engine import answers, racing, route, stopping
 from gepetto.engine.executors import Executor, make_executor
-from gepetto.engine.merge import find_merge, merge_chance
+from gepetto.engine.merge import Merge, find_merge, merge_chance
 from gepetto.engine.proposers import ProposalRequest, as_proposal, over_length
+from gepetto.engine.racing import Racing
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.engine.strategies import Strategies, retest_examples
 from gepetto.events import Outcome, Result, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
 from gepetto.program import Metric, Program, Rollout, check_metric
+from gepetto.specs import build
 from gepetto.types import Candidate, Example, Score
 
 T = TypeVar("T")
+# the seed string of each proposal's random generator: part of every run's path, so a change to it is a new run
+# format (config.RUN_FORMAT), whose stored runs the older gepetto refuses to resume and the other way round
+PROPOSAL_RNG = "{seed}:{iteration}:proposal"
 
 
 class RolloutStore(Protocol):
@@ -89,6 +94,31 @@ class _Turn:
             self.before.add_done_callback(lambda _: self.pass_on())
 
 
+@dataclass(frozen=True)
+class _Services:
+    """What the engine does for the proposal of plan iteration `iteration` (proposers.ProposalServices): the
+    children it may not propose again are those tried before the round began, and what it puts off is told at the
+    round's end."""
+
+    engine: Engine
+    iteration: int
+
+    async def reflect(self, messages: list[Message], params: dict[str, Any]) -> Completion | None:
+        return await self.engine._reflect(messages, params)
+
+    def tried(self, candidate: Candidate) -> bool:
+        return candidate.id in self.engine._settled_tried
+
+    def count(self, outcome: Outcome) -> None:
+        self.engine.state.proposals[outcome] += 1
+
+    def emit(self, event: ev.Event) -> None:
+        self.engine._emit(event)
+
+    def later(self, fn: Callable[[], None]) -> None:
+        self.engine._later.setdefault(self.iteration, []).append(fn)
+
+
 class Engine:
     """Runs one optimisation. Construct, then `await engine.run()`; `request_stop()` ends it gracefully.
 
@@ -118,10 +148,14 @@ class Engine:
         cfg = _fewshot_set(cfg, trainset, valset)
         # "auto" strategies follow the route the seed's validation shows (`_settle_route`); a proposer given
         # explicitly settles the options left to the route as they were before routes existed
-        self._routed = cfg.proposer == AUTO and (strategies or {}).get("proposer") is None
+        self._routed = cfg.proposer_name == AUTO and (strategies or {}).get("proposer") is None
+        self._asked = cfg  # (the auto proposer's parameters, for the warning once the route is settled)
         if not self._routed:
             cfg = route.settle(cfg, route.GIVEN)[0]
         self.config = cfg
+        merge, racing_ = build("merge", cfg.merge), build("validation", cfg.validation)
+        self.merge: Merge | None = merge if isinstance(merge, Merge) else None
+        self.racing: Racing | None = racing_ if isinstance(racing_, Racing) else None
         self._given_strategies = dict(strategies or {})
         self.program, self.metric, self.seed = program, metric, seed_candidate
         self.trainset, self.valset = list(trainset), list(valset)
@@ -185,7 +219,7 @@ class Engine:
                     break
                 before = st.rollouts_used
                 best_before = st.best().mean
-                merging = cfg.use_merge and st.merges_due > 0 and st.merges_done < cfg.max_merges
+                merging = self.merge is not None and st.merges_due > 0 and st.merges_done < self.merge.max
                 await self._guarded(self._merge_step() if merging else self._reflective_round())
                 self._idle = 0 if st.rollouts_used > before else self._idle + 1
                 self._since_improvement = 0 if st.best().mean > best_before else self._since_improvement + 1
@@ -200,8 +234,8 @@ class Engine:
 
     def _budget_plan(self) -> BudgetPlan:
         cfg = self.config
-        child_test = getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size
-        retests = 2 * child_test * getattr(self.strategies.accept, "retests", 0)
+        child_test = self.strategies.proposer.test_size or cfg.minibatch_size
+        retests = 2 * child_test * self.strategies.accept.retests
         return plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size + cfg.seek_failures, child_test, retests)
 
     def _settle_route(self) -> None:
@@ -219,7 +253,7 @@ class Engine:
             plan, self.plan = self.plan, self._budget_plan()
             if self.plan != plan:  # the route's proposer tests its children on more examples
                 self._emit(ev.PlanMade(self.plan))
-        idle = route.idle_options(self.config)
+        idle = route.idle_options(self._asked, self.config)
         if idle:
             warnings.warn(f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with the rewrite "
                           "proposer (they set the edit proposer's rules)", RuntimeWarning, stacklevel=2)
@@ -259,17 +293,16 @@ class Engine:
         components = tuple(s.component_selector(st, parent_idx, self.components, rng))
         if not components or any(c not in self.components for c in components):
             raise ValueError(f"the component selector chose {components}; it may choose among {self.components}")
-        own = getattr(s.proposer, "minibatch", None)  # a proposer may choose the examples itself (edit does)
-        batch = own(st, parent, components, self.trainset) if own is not None else None
+        batch = s.proposer.minibatch(st, parent, components, self.trainset)  # (edit picks its own examples)
         test = self.plan.child_test if batch is not None else 0
         reserve: list[Example] = []
         if batch is None:
             batch = s.minibatch_sampler(st, parent, self.trainset, rng)
             # a proposer that may pick its own test examples (few-shot's) says how many at most
-            test = max(len(batch), getattr(s.proposer, "test_size", None) or 0)
+            test = max(len(batch), s.proposer.test_size or 0)
             reserve = self._reserve(parent, batch, rng)
         unknown = sum(st.known(parent, e.id) is None for e in batch) + len(reserve)
-        retests = 2 * test * getattr(s.accept, "retests", 0)  # an acceptance that may test again (parent and child)
+        retests = 2 * test * s.accept.retests  # an acceptance that may test again (parent and child)
         return _Plan(st.iteration, parent_idx, components, batch, test, unknown + test + retests + len(self.valset),
                      tuple(reserve))
 
@@ -352,7 +385,7 @@ class Engine:
                     child, scores, origin = outcome
                     if scores is not None:  # (None: raced out; it still asks for a merge, as it would have)
                         self._commit(child, (plan.parent_idx,), origin, plan.component, scores, plan.iteration)
-                    if cfg.use_merge:
+                    if self.merge is not None:
                         st.merges_due += 1
 
     def _as_of_round(self, parent: Candidate, batch: list[Example]) -> RunState:
@@ -368,9 +401,9 @@ class Engine:
         fits, a proposer that reads `ProposalRequest.test_room` (`fits_test_room`) still gets a last proposal, one
         tested on its minibatch."""
         proposer, n = self.strategies.proposer, len(plan.batch)
-        if not getattr(proposer, "fits_test_room", False) or getattr(proposer, "minibatch", None) or plan.test <= n:
+        if not proposer.fits_test_room or plan.test <= n:
             return plan
-        saved = (plan.test - n) * (1 + 2 * getattr(self.strategies.accept, "retests", 0))
+        saved = (plan.test - n) * (1 + 2 * self.strategies.accept.retests)
         return replace(plan, test=n, cost=plan.cost - saved)
 
     def _tail_fits(self, plan: _Plan) -> bool:
@@ -379,7 +412,7 @@ class Engine:
         neither cut nor fully validated when the budget runs out is left a partial candidate (never the best;
         a resume with a larger budget finishes its validation)."""
         n = len(self.valset)
-        return self.config.racing and plan.cost - n + min(self.config.racing_chunk, n) <= self.state.remaining
+        return self.racing is not None and plan.cost - n + min(self.racing.chunk, n) <= self.state.remaining
 
     def _outcome(self, task: asyncio.Future, iteration: int
                  ) -> tuple[Candidate, dict[str, float] | None, str] | None:
@@ -402,12 +435,11 @@ class Engine:
         parent_runs, ran = await self._evaluate(parent, plan.batch), plan.batch
         if plan.reserve:
             plan, parent_runs, ran = await self._seek_failures(plan, parent, parent_runs)
-        # the rng's seed string is part of every run's path: another one would change stored runs (docs/design-notes.md)
+        rng = random.Random(PROPOSAL_RNG.format(seed=self.config.seed, iteration=plan.iteration))
         request = ProposalRequest(parent, plan.parent_idx, plan.components, plan.batch, parent_runs, plan.iteration,
-                                  random.Random(f"{self.config.seed}:{plan.iteration}:edit"), self.config,
-                                  self._as_of_round(parent, ran), self.trainset, self._reflect,
-                                  lambda c: c.id in self._settled_tried, self._count, self._emit, plan.test,
-                                  self._later.setdefault(plan.iteration, []).append)
+                                  rng, self.config,
+                                  self._as_of_round(parent, ran), self.trainset, _Services(self, plan.iteration),
+                                  plan.test)
         proposal = as_proposal(await self.strategies.proposer.propose(request), request)
         if proposal is None:
             return None
@@ -445,7 +477,7 @@ class Engine:
         `after` (in place). None asks for a re-test (strategies.Acceptance), within the rollouts set aside."""
         accept, used = self.strategies.accept, {e.id for e in test}
         verdict = accept(before, after)
-        for k in range(getattr(accept, "retests", 0)):
+        for k in range(accept.retests):
             if verdict is not None:
                 break
             fresh = retest_examples(self.trainset, used, len(test),
@@ -458,9 +490,6 @@ class Engine:
             after += [r.score.value for r in child_runs]
             verdict = accept(before, after)
         return bool(verdict), len(used) - len(test)
-
-    def _count(self, outcome: Outcome) -> None:
-        self.state.proposals[outcome] += 1
 
     async def _claim(self, child: Candidate, turn: _Turn | None) -> bool:
         """Mark `child` as tried; False if it already was. Within a round, in plan order (see `_Turn`)."""
@@ -475,7 +504,7 @@ class Engine:
     async def _merge_step(self) -> None:
         """A due merge; with adaptive_merge, a reflective round in the same iteration when no merge was tested
         (skipped by the draw, or no pair to merge), so no iteration passes without work."""
-        if not await self._try_merge() and self.config.adaptive_merge:
+        if not await self._try_merge() and self.merge is not None and self.merge.adaptive:
             await self._reflective_round()
 
     async def _try_merge(self) -> bool:
@@ -483,7 +512,7 @@ class Engine:
         cfg, st = self.config, self.state
         rng = self._rng()
         st.merges_due -= 1
-        if cfg.adaptive_merge:  # tried with a probability learnt from this run's merges (engine/merge.py)
+        if self.merge is not None and self.merge.adaptive:  # tried with a probability learnt from its merges
             tried = st.proposals[Outcome.MERGE_ACCEPTED] + st.proposals[Outcome.MERGE_REJECTED]
             if rng.random() >= merge_chance(st.proposals[Outcome.MERGE_ACCEPTED], tried):
                 return False
@@ -637,17 +666,17 @@ class Engine:
     async def _validate_child(self, child: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
                               iteration: int) -> dict[str, float] | None:
         """A child's validation scores: the whole set, or with racing, None when it was raced out."""
-        if not self.config.racing:
+        if self.racing is None:
             return await self._validate(child, parents, origin, component, iteration)
         self._begin_validation(child, parents, origin, component, iteration)
-        st, chunk = self.state, self.config.racing_chunk
+        st, chunk = self.state, self.racing.chunk
         ids, by_id = st.val_ids, {e.id: e for e in self.valset}
         front = st.archive.front_scores.copy()  # the front cannot change before the child is committed
         parent_row = np.mean([st.archive.scores[p] for p in parents], axis=0)
         free = {e for e in ids if (child.id, e) in st.rollouts}  # known in this run's path (a resume replays it)
         rng = random.Random(f"{self.config.seed}:{iteration}:race:{child.id}")
         pos = {e: j for j, e in enumerate(ids)}
-        confidence = self.config.racing_confidence  # the sign test wants examples in no informed order
+        confidence = self.racing.confidence  # the sign test wants examples in no informed order
         todo = [pos[e] for e in racing.validation_order(ids, front, parent_row.tolist(), free, rng,
                                                          informed=confidence is None)]
         got: dict[str, float] = {}
@@ -689,7 +718,7 @@ class Engine:
         why = (f"candidate {dominator} is at least as good on the {k} examples run (better on one) and scores 1.0 "
                f"on the {n - k} left" if not losses else
                f"candidate {dominator} is at least as good on the {k} examples run and better on {losses} (sign "
-               f"test, confidence {self.config.racing_confidence}); {n - k} examples not run")
+               f"test, confidence {self.racing.confidence if self.racing else None}); {n - k} examples not run")
         self._emit(ev.ValidationCut(rec, k, n, dominator, why))
 
     def _commit(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
@@ -766,12 +795,12 @@ def _check_prices(cfg: EngineConfig, ledger: Ledger, names: Sequence[str]) -> No
 
 
 def _fewshot_set(cfg: EngineConfig, trainset: Sequence[Example], valset: Sequence[Example]) -> EngineConfig:
-    """`fewshot` not set: the built-in proposers show demonstrations (config.FEWSHOT) when some training example is
-    not also a validation example, none otherwise (one would be scored with its own answer in its prompt); only an
-    explicit `fewshot` warns about that (FewShot._sources)."""
-    if cfg.fewshot is not None or {e.id for e in trainset} - {e.id for e in valset}:
+    """The few-shot spec's `k` not set: the built-in proposers show demonstrations (config.FEWSHOT) when some
+    training example is not also a validation example, none otherwise (one would be scored with its own answer in
+    its prompt); only an explicit `k` warns about that (FewShot._sources)."""
+    if cfg.fewshot_k is not None or {e.id for e in trainset} - {e.id for e in valset}:
         return cfg
-    return cfg.model_copy(update={"fewshot": 0})
+    return cfg.model_copy(update={"fewshot": "off"})
 
 
 def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Example], cfg: EngineConfig) -> None:

@@ -9,25 +9,32 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gepetto.engine.state import RunState
+from gepetto.specs import Knobs, builtin
 from gepetto.types import Candidate, Example
 
 
+@builtin("minibatch_sampler", "epoch-shuffled")
 @dataclass
-class EpochShuffled:
+class EpochShuffled(Knobs):
     """The next `size` examples of the training order, shuffled anew each epoch, skipping examples the parent
     already solves (they teach nothing) unless too few are left.
 
     The order of epoch k comes from `random.Random(f"{seed}:epoch:{k}")`, not from the iteration's rng, so that
-    an epoch is one fixed permutation whatever the iterations draw; the position is `state.train_cursor`.
+    an epoch is one fixed permutation whatever the iterations draw; the position is `state.train_cursor`. A run
+    sets `size`, `seed` and `perfect_score` from its options (`minibatch_size`, `seed`, `perfect_score`).
     """
 
-    size: int
+    size: int = 3
     seed: int = 0
     perfect_score: float = 1.0
     # (epoch, its order): a cache, derived from the seed alone
     _order: tuple[int, list[int]] = field(default=(-1, []), init=False, repr=False)
+
+    def bind(self, config: Any) -> EpochShuffled:
+        return EpochShuffled(config.minibatch_size, config.seed, config.perfect_score)
 
     def next_example(self, state: RunState, trainset: Sequence[Example]) -> Example:
         """The example at the training cursor, and advance the cursor."""

@@ -7,9 +7,9 @@
 - **rewrite**: anything else (free text, numbers, records, reasoning). Whole rewrites from the minibatch's traces
   and feedback (the paper's proposer) and demonstrations; parents drawn from the Pareto front.
 
-Only options left at "auto" (None for the counts) take the route's values: an option given explicitly wins. The
-choice is a function of the examples and the seed's rollouts, so a resumed run, which replays them, takes it
-again.
+Only strategies left at "auto" take the route's: one given explicitly wins, and a parameter given to the auto
+proposer (`auto(rules=5)`) wins over the route's. The choice is a function of the examples and the seed's
+rollouts, so a resumed run, which replays them, takes it again.
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ from typing import Any
 from gepetto.config import AUTO, EngineConfig
 from gepetto.engine.answers import AnswerSet, normal
 from gepetto.program import Rollout
+from gepetto.specs import canonical, format_spec, knob_fields, parse_spec, strategy_class
 
-# what each route sets among the options left to it
-ROUTES: dict[str, dict[str, Any]] = {
-    "labels": {"proposer": "edit", "parent_selector": "current-best", "edit_rules": 3, "definitions": 60},
-    "rewrite": {"proposer": "rewrite", "parent_selector": "pareto", "edit_rules": 1, "definitions": 0},
+# what each route sets among the strategies left to it (specs)
+ROUTES: dict[str, dict[str, str]] = {
+    "labels": {"proposer": "edit(rules=3, definitions=60)", "parent_selector": "current-best"},
+    "rewrite": {"proposer": "rewrite", "parent_selector": "pareto"},
     # a proposer given explicitly (no route): the rest as it was before routes existed
-    "given": {"parent_selector": "pareto", "edit_rules": 1, "definitions": 0},
+    "given": {"parent_selector": "pareto"},
 }
-# options that only the edit proposer reads (they do nothing on the rewrite route)
-EDIT_ONLY = ("edit_rules", "definitions", "evidence_size", "gate_solved", "rule_max_tokens")
+# the auto proposer's parameters that only the edit proposer reads (they do nothing on the rewrite route)
+EDIT_ONLY = ("rules", "definitions", "evidence", "gate_solved", "rule_max_tokens")
 SHORT_SHARE = 0.6  # the share of the seed's outputs that must be answers of the set for the labels route
 
 
@@ -80,16 +81,26 @@ def choose(answers: AnswerSet | None, components: tuple[str, ...], runs: Sequenc
 
 
 def settle(cfg: EngineConfig, route: Route) -> tuple[EngineConfig, Route]:
-    """The config with the route's values for the options left to it (and the route, saying which it set)."""
-    left = {k: v for k, v in ROUTES[route.name].items() if getattr(cfg, k) in (AUTO, None)}
+    """The config with the route's strategies for those left to it (the auto proposer's parameters in the chosen
+    proposer's spec), and the route, saying which specs it set."""
+    left: dict[str, Any] = {}
+    for option, spec in ROUTES[route.name].items():
+        if option == "proposer" and cfg.proposer_name == AUTO:
+            name, params = parse_spec(spec)
+            takes = {f.name for f in knob_fields(strategy_class("proposer", name))}
+            given = {k: v for k, v in parse_spec(cfg.proposer)[1].items() if v is not None and k in takes}
+            left[option] = canonical(option, format_spec(name, {**params, **given}))
+        elif option != "proposer" and getattr(cfg, option) == AUTO:
+            left[option] = spec
     settled = cfg.model_copy(update=left)
     return settled, Route(route.name, route.reason, left)
 
 
-def idle_options(cfg: EngineConfig) -> list[str]:
-    """Options given explicitly that cannot act in the settled config `cfg` (edit-only options with the rewrite
-    proposer), for a warning."""
-    if cfg.proposer != "rewrite":
+def idle_options(asked: EngineConfig, settled: EngineConfig) -> list[str]:
+    """Parameters given to the auto proposer (`asked`) that cannot act with the proposer the route chose
+    (`settled`): the edit proposer's, other than its defaults, with the rewrite proposer; for a warning."""
+    if asked.proposer_name != AUTO or settled.proposer_name != "rewrite":
         return []
-    defaults = EngineConfig.model_fields
-    return [k for k in EDIT_ONLY if getattr(cfg, k) not in (None, defaults[k].default, ROUTES["rewrite"].get(k))]
+    defaults = {f.name: f.default for f in knob_fields(strategy_class("proposer", "edit"))}
+    given = parse_spec(asked.proposer)[1]
+    return [k for k in EDIT_ONLY if given.get(k) is not None and given[k] != defaults[k]]

@@ -3,14 +3,43 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from gepetto.engine.answers import AnswerSet
 from gepetto.engine.pareto import ParetoArchive
 from gepetto.ledger import Ledger
 from gepetto.program import Rollout
 from gepetto.types import Candidate
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class MemoryKey(Generic[T]):
+    """A typed entry of `RunState.memory`: its name (by convention "owner.what", e.g. "edit.rules_tried") and
+    how its empty value is made."""
+
+    name: str
+    empty: Callable[[], T]
+
+
+class Memory(dict[str, Any]):
+    """What strategies remember between iterations, by name: a plain dict for a strategy of one's own, and typed
+    entries (`MemoryKey`) for the built-ins."""
+
+    def of(self, key: MemoryKey[T]) -> T:
+        """The entry `key`, made empty first if it is not there yet."""
+        if key.name not in self:
+            self[key.name] = key.empty()
+        value: T = self[key.name]
+        return value
+
+    def peek(self, key: MemoryKey[T]) -> T | None:
+        """The entry `key`, or None when it was never made (nothing is added)."""
+        value: T | None = self.get(key.name)
+        return value
 
 
 @dataclass
@@ -93,7 +122,7 @@ class RunState:
     history: list[tuple[int, float]] = field(default_factory=list)  # (rollouts used, best mean) on change
     proposals: Counter = field(default_factory=Counter)  # outcome -> count
     # what strategies remember between iterations (e.g. the edit proposer's rules that did not help), by key
-    memory: dict[str, Any] = field(default_factory=dict)
+    memory: Memory = field(default_factory=Memory)
     ledger: Ledger = field(default_factory=Ledger)
     means: list[float] = field(default_factory=list)  # records[i].mean, computed once per record
     # what the seed's validation showed of the task's answers (engine/answers.py, engine/route.py): the closed

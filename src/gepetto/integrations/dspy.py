@@ -53,6 +53,7 @@ try:
 except ImportError as exc:  # pragma: no cover - run without DSPy installed
     raise ImportError(f"gepetto.integrations.dspy needs DSPy: {install_hint('dspy')}") from exc
 
+from gepetto.api import OptimizeOptions
 from gepetto.api import optimize as _optimize
 from gepetto.api import optimize_async as _optimize_async
 from gepetto.config import DEFAULT_REFLECTION_LM, CacheMode, EngineConfig, UnknownOptionError
@@ -439,7 +440,7 @@ def optimize(module: Any, trainset: Sequence[Any], metric: Callable[..., Any], *
     gepetto LM object. `callbacks` (one callable or a list, called with every typed event: gepetto.events),
     `config` (a `gepetto.config.EngineConfig`; a keyword given wins over it), `budget` (default: the config's),
     `storage`, `run`, `cache` (gepetto's cache of reflection answers) and the other keyword options (seed,
-    minibatch_size, max_concurrency, use_merge, components, component_descriptions, proposer, parent_selector,
+    minibatch_size, max_concurrency, merge, components, component_descriptions, proposer, parent_selector,
     stop, ...) are those of `gepetto.optimize`; an unknown one raises a `gepetto.ConfigError`. The module given
     is never changed.
     """
@@ -473,7 +474,7 @@ _COMPONENTS = {"round_robin": "round-robin", "all": "all"}
 # gepetto.optimize's options that GEPA's own arguments set (one name for each thing: dspy.GEPA's)
 _GEPA_SETS = {"budget": "auto, max_metric_calls or max_full_evals", "minibatch_size": "reflection_minibatch_size",
               "parent_selector": "candidate_selection_strategy", "component_selector": "component_selector",
-              "use_merge": "use_merge", "max_merges": "max_merge_invocations", "max_concurrency": "num_threads",
+              "merge": "use_merge and max_merge_invocations", "max_concurrency": "num_threads",
               "perfect_score": "perfect_score", "seed": "seed", "tracking": "use_mlflow",
               "reflection_lm": "reflection_lm"}
 
@@ -624,7 +625,8 @@ class GEPA(dspy.teleprompt.Teleprompter):
             "parent_selector": _SELECTION[candidate_selection_strategy],
             "component_selector": (_COMPONENTS.get(component_selector, component_selector)
                                    if isinstance(component_selector, str) else component_selector),
-            "use_merge": use_merge, "max_merges": max_merge_invocations, "max_concurrency": num_threads,
+            "merge": ("off" if not use_merge else "merge" if max_merge_invocations is None
+                      else f"merge(max={max_merge_invocations})"), "max_concurrency": num_threads,
             "perfect_score": perfect_score, "seed": seed, "tracking": "mlflow" if use_mlflow else None,
         }
         # None: gepetto's default (gepetto.optimize takes None as "not given")
@@ -676,7 +678,7 @@ def _check_options(options: Mapping[str, Any]) -> None:
     taken = sorted(set(options) & set(_GEPA_SETS))
     if taken:
         raise UnknownOptionError("GEPA(): " + "; ".join(f"{k} is set by dspy.GEPA's {_GEPA_SETS[k]}" for k in taken))
-    accepted = set(inspect.signature(_optimize).parameters) - _TAKEN - set(_GEPA_SETS) - {
+    accepted = set(OptimizeOptions.__annotations__) - _TAKEN - set(_GEPA_SETS) - {
         "seed_candidate", "valset", "callbacks", "storage", "run", "config"}
     accepted |= {"predictor_feedback", "dspy_cache"}
     unknown = sorted(set(options) - accepted)
