@@ -43,7 +43,8 @@ def knob_fields(cls: type) -> list[dataclasses.Field[Any]]:
 @functools.cache
 def _checkers(cls: Any) -> list[tuple[str, TypeAdapter[Any]]]:
     hints = typing.get_type_hints(cls)
-    return [(f.name, TypeAdapter(Annotated[hints[f.name], Field(**f.metadata["bounds"])]))
+    form: Any = Annotated  # a runtime-built form: pydantic versions type TypeAdapter's argument differently
+    return [(f.name, TypeAdapter(form[hints[f.name], Field(**f.metadata["bounds"])]))
             for f in knob_fields(cls)]
 
 
