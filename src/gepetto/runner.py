@@ -110,18 +110,12 @@ def load_run_task(cfg: RunConfig, ledger: Ledger) -> Task:
         raise
 
 
-def _cached(lm: Any, storage: Path, mode: CacheMode) -> Any:
+def _cached(lm: Any, storage: str | Path, mode: CacheMode) -> Any:
     if mode == "off":
         return lm
-    import sqlite3
-
     from gepetto.lm.cache import CachedLM
-    from gepetto.store.sqlite import store_error
 
-    try:
-        return CachedLM(lm, storage, mode=mode)
-    except sqlite3.Error as exc:
-        raise store_error(storage, exc) from None
+    return CachedLM(lm, storage, mode=mode)  # (a store that cannot be used raises StoreError)
 
 
 def _as_stored(obj: Any) -> Any:
@@ -129,7 +123,7 @@ def _as_stored(obj: Any) -> Any:
     return json.loads(dumps(obj))
 
 
-def _stored_config(name: str, storage: Path, config: Mapping[str, Any]) -> RunConfig:
+def _stored_config(name: str, storage: str | Path, config: Mapping[str, Any]) -> RunConfig:
     """A stored run's configuration; one this gepetto cannot load says that it came from the store."""
     try:
         # a run stored before adaptive_fewshot existed had a fixed few-shot share: it resumes with one
@@ -239,6 +233,19 @@ def _new_name(store: RunStore, base: str) -> str:
     return name
 
 
+def _with_owner_check(stop: Any, store: RunStore, name: str) -> Any:
+    """`stop`, and in a shared store a condition that ends the session once another process has taken the run
+    over (this one went unheard for longer than the store's grace period: asleep, or cut off from the server)."""
+    if not store.shared:
+        return stop
+
+    def still_owned(_status: Any) -> str | None:
+        return None if store.owns(name) else f"run {name!r} was taken over by another process"
+
+    given = [] if stop is None else [stop] if isinstance(stop, str) or callable(stop) else list(stop)
+    return [*given, still_owned]
+
+
 TaskFactory = Callable[[RunConfig, Ledger], Task]
 CLI_HINT = "resume it without them or start a new run with --run NEW_NAME"
 PYTHON_HINT = "call again with what the run was started with, or give another run= name to start a new run"
@@ -325,7 +332,7 @@ class StoredRun:
     def tracking_info(self) -> dict[str, Any]:
         """What a tracker (gepetto.tracking) is started with: the run's name, configuration, ledger and store."""
         return {"name": self.name, "params": {"run": self.name, **self.config.model_dump()}, "ledger": self.ledger,
-                "store_path": self.store.path}
+                "store_path": self.store.storage}
 
 
 def open_run(
@@ -358,7 +365,6 @@ def open_run(
         cfg = cfg.model_copy(update={"stop_file": stop_file})
     from gepetto.lm.names import make_lm
 
-    storage = Path(storage)
     store = RunStore(storage)
     name = run or _new_name(store, f"{_label(cfg.task)}-{time.strftime('%Y%m%d-%H%M%S')}")
     info = store.get_run(name)
@@ -368,8 +374,8 @@ def open_run(
                           "resume it without a preset (--budget N gives it more rollouts), or start a new run")
     if info is not None:
         if info.owned_elsewhere:  # (checked again when the run is claimed, in one transaction)
-            raise run_in_use(name, info.pid)
-        cfg = _resumed_config(name, _stored_config(name, storage, info.config), cfg, explicit or set(), hint)
+            raise run_in_use(name, info.pid, info.host if info.remote else None)
+        cfg = _resumed_config(name, _stored_config(name, store.path, info.config), cfg, explicit or set(), hint)
         _check_same_defaults(store, name, cfg)
         _check_budget(store, name, info, cfg)
     ledger = Ledger.from_dict(store.ledger(name))  # costs of earlier sessions of this run stay counted
@@ -436,7 +442,7 @@ def open_run(
         task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
         task_lm=task_lm, reflection_lm=reflection_lm, callbacks=[record, *ev.as_callbacks(callbacks)],
         rollout_store=rollouts, ledger=ledger, config=engine_config(cfg.engine_config(), given),
-        strategies=strategy_objects(given), stop=stop)
+        strategies=strategy_objects(given), stop=_with_owner_check(stop, store, name))
     if info is None:
         store.create_run(name, cfg.stored(), cfg.seed)
         store.put_examples(name, "train", task.trainset)

@@ -222,14 +222,14 @@ def postgres_error(where: str, exc: BaseException) -> StoreError:
     if "password authentication failed" in text or "no password supplied" in text:
         return StoreError(f"the database of the run store {where} refused the login ({text}): check the user and "
                           "its password (in the URL, PGPASSWORD or ~/.pgpass)")
+    if "does not exist" in text and "database" in text:
+        return StoreError(f"no database for the run store {where} ({text}): create it first (createdb NAME)")
     if "connection" in text and ("refused" in text or "failed" in text or "timeout" in text or "closed" in text):
         return StoreError(f"cannot reach the database of the run store {where} ({text}): is the server running, "
                           "and are the host and port right?")
     if "permission denied" in text or "read-only transaction" in text:
         return StoreError(f"the run store {where} may not be written by this user ({text}); ask for the "
                           f"privileges on the schema {SCHEMA_NAME!r}, or pass another --storage")
-    if "does not exist" in text and "database" in text:
-        return StoreError(f"no database for the run store {where} ({text}): create it first (createdb NAME)")
     return StoreError(f"cannot use the run store {where}: {type(orig).__name__}: {text}")
 
 
