@@ -424,8 +424,9 @@ class RunStore:
                 continue
             if beat.rowcount == 0:
                 self._lost.add(name)
-                warnings.warn(f"run {name!r} was taken over by another process (this one was not heard from for "
-                              f"{GRACE_SECONDS:.0f} s): this process stops running it", RuntimeWarning, stacklevel=1)
+                why = (f"was taken over by another process (this one was not heard from for {GRACE_SECONDS:.0f} s)"
+                       if self._db.execute("SELECT 1 FROM runs WHERE name=?", (name,)) else "was deleted")
+                warnings.warn(f"run {name!r} {why}: this process stops running it", RuntimeWarning, stacklevel=1)
                 return
 
     def owns(self, name: str) -> bool:
@@ -494,6 +495,9 @@ class RunStore:
                        None if age is None else float(age))
 
     def delete_run(self, name: str) -> None:
+        stop = self._beating.pop(name, None)
+        if stop is not None:  # this process's own run: it beats for it no more
+            stop.set()
         with self._tx(lock=f"run:{name}") as db:
             for table in ("runs", "candidates", "evaluations", "examples", "events", "lm_answers"):
                 db.execute(f"DELETE FROM {table} WHERE {'name' if table == 'runs' else 'run'}=?", (name,))
