@@ -176,7 +176,7 @@ def test_a_readonly_store_reads_and_writes_nothing(url, pg):
     RunStore(url).create_run("r", {"task": "sim"}, seed=0)
     reader = RunStore(url, readonly=True)
     assert reader.get_run("r").status == "running"
-    with pytest.raises(StoreError, match="read-only"):
+    with pytest.raises(StoreError, match="opened for reading only"):
         reader.add_event("r", "x", {})
 
 
@@ -192,6 +192,33 @@ def test_errors_say_where_and_never_show_the_password(pg, url):
     with pytest.raises(StoreError, match="cannot reach the database") as away:
         RunStore(closed)
     assert pg.password not in str(away.value)
+
+
+def test_a_user_given_rights_on_the_tables_needs_no_right_to_create(pg, url):
+    RunStore(url).create_run("r", {"task": "sim"}, seed=0)  # the owner creates the tables once
+    db = url.rsplit("/", 1)[1]
+    pg.superuser(f"CREATE ROLE bob LOGIN PASSWORD 'bob-pw-2' NOINHERIT; REVOKE CREATE ON DATABASE {db} FROM PUBLIC")
+    pg.superuser("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    with pytest.raises(StoreError, match="this database user lacks privileges on the run store"):
+        RunStore(f"postgresql://bob:bob-pw-2@127.0.0.1:{pg.port}/{db}").list_runs()
+    import psycopg
+
+    with psycopg.connect(url) as conn:  # what a team's database owner grants
+        conn.execute(f"GRANT USAGE ON SCHEMA {SCHEMA_NAME} TO bob")
+        conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {SCHEMA_NAME} TO bob")
+        conn.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {SCHEMA_NAME} TO bob")
+    bob = RunStore(f"postgresql://bob:bob-pw-2@127.0.0.1:{pg.port}/{db}")
+    bob.create_run("b", {"task": "sim"}, seed=1)
+    assert {r.name for r in bob.list_runs()} == {"r", "b"}
+
+
+def test_a_dropped_connection_costs_no_run(pg, url):
+    store = RunStore(url)
+    store.create_run("r", {"task": "sim"}, seed=0)
+    store.add_event("r", "start", {})
+    pg.superuser(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{pg.user}'")
+    store.add_event("r", "done", {})  # a new connection, checked before use
+    assert [e["kind"] for e in store.events("r")] == ["start", "done"]
 
 
 # ---- every command on a URL ----------------------------------------------------------------------------------
@@ -327,8 +354,8 @@ def test_a_process_that_lost_its_run_stops_and_leaves_it_to_the_new_owner(url, m
     time.sleep(0.3)
     assert store.owns("r") and stop(None) is None
     assert RunStore(url).get_run("r").beat_age < max(first, 0.25)  # it beats
-    _claimed_elsewhere(url)  # another machine took the run over (this process was silent too long)
     with pytest.warns(RuntimeWarning, match="taken over by another process"):
+        _claimed_elsewhere(url)  # another machine took the run over (this process was silent too long)
         for _ in range(100):
             if not store.owns("r"):
                 break

@@ -227,9 +227,11 @@ def postgres_error(where: str, exc: BaseException) -> StoreError:
     if "connection" in text and ("refused" in text or "failed" in text or "timeout" in text or "closed" in text):
         return StoreError(f"cannot reach the database of the run store {where} ({text}): is the server running, "
                           "and are the host and port right?")
-    if "permission denied" in text or "read-only transaction" in text:
-        return StoreError(f"the run store {where} may not be written by this user ({text}); ask for the "
-                          f"privileges on the schema {SCHEMA_NAME!r}, or pass another --storage")
+    if "read-only transaction" in text:
+        return StoreError(f"the run store {where} was opened for reading only ({text})")
+    if "permission denied" in text:
+        return StoreError(f"this database user lacks privileges on the run store {where} ({text}): ask for them on "
+                          f"the schema {SCHEMA_NAME!r} and its tables and sequences, or pass another --storage")
     return StoreError(f"cannot use the run store {where}: {type(orig).__name__}: {text}")
 
 
@@ -272,6 +274,9 @@ class PostgresDatabase(Database):
         def _session(dbapi_connection: Any, _record: Any) -> None:
             with contextlib.closing(dbapi_connection.cursor()) as cur:
                 cur.execute(f"SET search_path TO {SCHEMA_NAME}")
+                # a commit returns before the server has flushed it to disk: a killed process loses nothing, a
+                # crash of the server the last moment's commits (SQLite's WAL with synchronous=NORMAL, the same)
+                cur.execute("SET synchronous_commit TO off")
                 if readonly:
                     cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
             dbapi_connection.commit()
@@ -333,16 +338,26 @@ class PostgresDatabase(Database):
             raise postgres_error(self.where, exc) from None
 
     def schema(self, statements: Sequence[str]) -> None:
-        """Create the schema and tables that are missing, one process at a time (two processes creating the same
-        table at once: one would fail)."""
+        """Create the schema and tables when one is missing, one process at a time (two processes creating the same
+        table at once: one would fail). A store whose tables exist is left alone: its users need no right to
+        create anything (PostgreSQL checks that right before it sees that a table exists)."""
+        tables = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", " ".join(statements))
+        if all(self.has_table(t) for t in tables):
+            self.check_access()
+            return
         with self.transaction(lock="schema"):
-            self.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA_NAME}")
+            if not self.execute("SELECT 1 FROM pg_namespace WHERE nspname=?", (SCHEMA_NAME,)):
+                self.execute(f"CREATE SCHEMA {SCHEMA_NAME}")
             for statement in statements:
                 self.execute(statement)
 
+    def check_access(self) -> None:
+        """Raise StoreError when this user may not use the schema (its tables would look missing)."""
+        if not self.execute("SELECT has_schema_privilege(?, 'USAGE')", (SCHEMA_NAME,)).fetchone()[0]:
+            raise postgres_error(self.where, PermissionError(f"permission denied for schema {SCHEMA_NAME}"))
+
     def has_table(self, table: str) -> bool:
-        return bool(self.execute("SELECT 1 FROM information_schema.tables WHERE table_schema=? AND table_name=?",
-                                 (SCHEMA_NAME, table)))
+        return bool(self.execute("SELECT 1 FROM pg_tables WHERE schemaname=? AND tablename=?", (SCHEMA_NAME, table)))
 
     def columns(self, table: str) -> set[str]:
         return {r[0] for r in self.execute("SELECT column_name FROM information_schema.columns WHERE table_schema=? "

@@ -40,7 +40,6 @@ from gepetto.store.db import (
     host_identity,
     open_database,
     shown,
-    sqlite_error,
     sqlite_path,
 )
 from gepetto.types import Candidate, Example, Score
@@ -260,11 +259,6 @@ def run_in_use(name: str, pid: int | None, host: str | None = None) -> RunInUse:
                     "stop file), or give another run name")
 
 
-def store_error(path: Path | str, exc: BaseException) -> StoreError:
-    """A SQLite error as a StoreError that names the file and what to do."""
-    return sqlite_error(Path(path), exc)
-
-
 def store_exists(storage: str | Path) -> bool:
     """Whether `storage` holds a run store already (a file; a database with the store's tables), so reading it
     creates nothing. A database that cannot be reached raises StoreError."""
@@ -300,6 +294,7 @@ class RunStore:
                 if readonly:
                     if not self._db.has_table("runs"):
                         raise StoreError(f"no run store at {self.path} (no gepetto tables in that database)")
+                    self._db.check_access()
                 else:
                     self._db.schema(PG_SCHEMA)
         except StoreError:
@@ -308,6 +303,7 @@ class RunStore:
             raise
         self._beating: dict[str, threading.Event] = {}  # runs this process claimed, by name: stops its heartbeat
         self._lost: set[str] = set()  # runs another process took over from this one (a PostgreSQL store)
+        self._saved_ledgers: dict[str, str] = {}
 
     @staticmethod
     def _sqlite_schema(db: SQLiteDatabase, readonly: bool) -> None:
@@ -400,6 +396,7 @@ class RunStore:
                 db.execute("INSERT INTO runs (name, created, updated, status, seed, config, pid, pid_started) "
                            "VALUES (?,?,?,?,?,?,?,?)",
                            (name, now, now, "running", seed, dumps(dict(config)), pid, started))
+        self._saved_ledgers.pop(name, None)
         if shared:
             self._start_beating(name)
 
@@ -463,9 +460,15 @@ class RunStore:
             db.execute("UPDATE runs SET config=?, updated=? WHERE name=?", (dumps(dict(config)), time.time(), name))
 
     def save_ledger(self, name: str, ledger: Mapping[str, Any]) -> None:
-        """The cumulative ledger of a run over all its sessions (a resumed run starts from it)."""
+        """The cumulative ledger of a run over all its sessions (a resumed run starts from it). The ledger this
+        process saved last is not written again (a replayed rollout costs nothing: on a database server every
+        write is a round trip)."""
+        text = dumps(dict(ledger))
+        if self._saved_ledgers.get(name) == text:
+            return
         with self._tx() as db:
-            db.execute("UPDATE runs SET ledger=?, updated=? WHERE name=?", (dumps(dict(ledger)), time.time(), name))
+            db.execute("UPDATE runs SET ledger=?, updated=? WHERE name=?", (text, time.time(), name))
+        self._saved_ledgers[name] = text
 
     def ledger(self, name: str) -> dict[str, Any]:
         row = self._db.execute("SELECT ledger FROM runs WHERE name=?", (name,)).fetchone()
@@ -498,6 +501,7 @@ class RunStore:
         stop = self._beating.pop(name, None)
         if stop is not None:  # this process's own run: it beats for it no more
             stop.set()
+        self._saved_ledgers.pop(name, None)
         with self._tx(lock=f"run:{name}") as db:
             for table in ("runs", "candidates", "evaluations", "examples", "events", "lm_answers"):
                 db.execute(f"DELETE FROM {table} WHERE {'name' if table == 'runs' else 'run'}=?", (name,))

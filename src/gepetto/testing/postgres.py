@@ -4,7 +4,8 @@ It runs the server binaries found on this machine (`initdb` and `pg_ctl` on PATH
 /usr/lib/postgresql/VERSION/bin; GEPETTO_PG_BINDIR names another directory) in a temporary directory: a login
 with a password over TCP, the cluster's superuser over the server's own socket. PostgreSQL refuses to run as
 root, so under root the server runs as the `postgres` user (Debian's package makes it), else as `nobody`.
-Durability is off (fsync): the data is thrown away when the server stops.
+Durability is off by default (fsync, synchronous commits: the data is thrown away when the server stops anyway);
+`durable=True` keeps PostgreSQL's defaults, as a real server runs (benchmarks).
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ class PostgresServer:
     `url(database)` is a `postgresql://` URL for the login `user` (with its password; `password=False` leaves
     it out), `create_database` makes a database owned by that login."""
 
-    def __init__(self, user: str = "gepetto", password: str | None = None) -> None:
-        self.user = user
+    def __init__(self, user: str = "gepetto", password: str | None = None, *, durable: bool = False) -> None:
+        self.user, self.durable = user, durable
         self.password = password or f"pw-{secrets.token_hex(8)}"
         self.bindir = find_bindir()
         self.port = 0
@@ -90,16 +91,19 @@ class PostgresServer:
                       "--auth-local=trust", "--auth-host=scram-sha-256")
             self.port = _free_port()
             options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories={sock} "
-                       "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100")
+                       "-c max_connections=100")
+            if not self.durable:
+                options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
             self._run("pg_ctl", "-D", str(data), "-o", options, "-l", str(self._dir / "server.log"), "-w", "-t", "60",
                       "start")
-            self._superuser(f"CREATE ROLE {self.user} LOGIN PASSWORD '{self.password}'")
+            self.superuser(f"CREATE ROLE {self.user} LOGIN PASSWORD '{self.password}'")
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _superuser(self, sql: str) -> None:
+    def superuser(self, sql: str) -> None:
+        """Run `sql` as the cluster's superuser (over the server's socket)."""
         import psycopg
 
         with psycopg.connect(host=str(self._dir), port=self.port, user="postgres", dbname="postgres",
@@ -112,7 +116,7 @@ class PostgresServer:
 
     def create_database(self, name: str) -> str:
         """A new empty database owned by the login; its URL."""
-        self._superuser(f"CREATE DATABASE {name} OWNER {self.user}")
+        self.superuser(f"CREATE DATABASE {name} OWNER {self.user}")
         return self.url(name)
 
     def log(self) -> str:
