@@ -169,6 +169,16 @@ def test_postgres_gives_what_sqlite_gives(url, tmp_path):
     assert {"runs", "evaluations", "lm_answers", "events", "examples", "candidates"} <= set(_tables(url))
 
 
+def test_the_spellings_of_a_postgresql_url_open_one_store(pg, url):
+    RunStore(url).create_run("r", {"task": "sim"}, seed=0)
+    for spelling in ("postgres://", "postgresql+psycopg://"):
+        store = RunStore(url.replace("postgresql://", spelling), readonly=True)
+        assert [r.name for r in store.list_runs()] == ["r"] and pg.password not in str(store.path)
+    with pytest.raises(StoreError, match="not a usable database URL") as other_driver:
+        RunStore(url.replace("postgresql://", "postgresql+nodriver://"))
+    assert pg.password not in str(other_driver.value)
+
+
 def test_a_readonly_store_reads_and_writes_nothing(url, pg):
     with pytest.raises(StoreError, match=r"no run store at postgresql://gepetto@127\.0\.0\.1"):
         RunStore(url, readonly=True)  # no tables yet: nothing is created
