@@ -360,6 +360,8 @@ def test_a_process_that_lost_its_run_stops_and_leaves_it_to_the_new_owner(url, m
     store = RunStore(url)
     store.create_run("r", {"task": "sim"}, seed=0)
     stop = _with_owner_check(None, store, "r")[0]
+    told = []
+    store.watch_ownership("r", lambda: told.append("lost"))  # (what the engine's stop is armed with)
     first = RunStore(url).get_run("r").beat_age
     time.sleep(0.3)
     assert store.owns("r") and stop(None) is None
@@ -370,10 +372,46 @@ def test_a_process_that_lost_its_run_stops_and_leaves_it_to_the_new_owner(url, m
             if not store.owns("r"):
                 break
             time.sleep(0.05)
-    assert not store.owns("r") and stop(None) == "run 'r' was taken over by another process"
-    store.finish_run("r", "interrupted", None)  # the new owner's row is left alone
-    info = RunStore(url).get_run("r")
+    assert not store.owns("r") and stop(None) == "run 'r' was taken over by another process" and told == ["lost"]
+    # this process writes nothing more for the run; the new owner's row is left alone
+    store.add_event("r", "late", {})
+    store.save_ledger("r", {"task": {"calls": 99}})
+    store.put_rollout("r", Candidate(instruction="x"), "e", Rollout("e", Score(1.0, "ok")))
+    store.finish_run("r", "interrupted", None)
+    info, reader = RunStore(url).get_run("r"), RunStore(url)
     assert (info.status, info.pid, info.host) == ("running", 4242, "build-7")
+    assert not reader.events("r", "late") and reader.ledger("r") == {} and reader.count_rollouts("r") == 0
+
+
+def test_a_run_taken_over_while_it_runs_stops_at_once(url, monkeypatch):
+    import asyncio
+
+    from gepetto.config import load_config
+    from gepetto.runner import open_run
+    from gepetto.store import sqlite as store_module
+
+    monkeypatch.setattr(store_module, "HEARTBEAT_SECONDS", 0.05)
+    cfg = load_config(task="sim", task_lm="sim:task?latency=0.05", reflection_lm="sim:reflection", budget=400,
+                      max_concurrency=2)
+    stored = open_run(cfg, storage=url, run="r")
+
+    async def take_over_after_the_first_rollouts():
+        while stored.store.count_rollouts("r") < 3:
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(_claimed_elsewhere, url)
+
+    async def both():
+        taker = asyncio.create_task(take_over_after_the_first_rollouts())
+        result = await stored.run_async()
+        await taker
+        return result
+
+    with pytest.warns(RuntimeWarning, match="taken over"):
+        result = asyncio.run(both())
+    assert result.stop_message == "run 'r' was taken over by another process" and result.rollouts_used < 100
+    info = RunStore(url).get_run("r")
+    assert (info.status, info.pid, info.host) == ("running", 4242, "build-7")  # left to the new owner
+    assert not RunStore(url).events("r", "done")
 
 
 def test_the_same_run_on_this_machine_in_a_live_process_is_refused(url):

@@ -233,17 +233,33 @@ def _new_name(store: RunStore, base: str) -> str:
     return name
 
 
+class _StillOwned:
+    """A stop condition of a run in a shared store: the session ends, its step in flight cancelled, as soon as the
+    heartbeat finds that another process has taken the run over (this one went unheard for longer than the
+    store's grace period: asleep, or cut off from the server)."""
+
+    def __init__(self, store: RunStore, name: str) -> None:
+        self.store, self.name = store, name
+        self.message = f"run {name!r} was taken over by another process"
+
+    def __call__(self, _status: Any) -> str | None:
+        return None if self.store.owns(self.name) else self.message
+
+    def arm(self, stop: Callable[..., None]) -> Callable[[], None]:
+        loop = asyncio.get_running_loop()
+
+        def lost() -> None:  # (called from the heartbeat's thread)
+            loop.call_soon_threadsafe(stop, ev.StopReason.CONDITION, self.message)
+
+        return self.store.watch_ownership(self.name, lost)
+
+
 def _with_owner_check(stop: Any, store: RunStore, name: str) -> Any:
-    """`stop`, and in a shared store a condition that ends the session once another process has taken the run
-    over (this one went unheard for longer than the store's grace period: asleep, or cut off from the server)."""
+    """`stop`, and in a shared store `_StillOwned`."""
     if not store.shared:
         return stop
-
-    def still_owned(_status: Any) -> str | None:
-        return None if store.owns(name) else f"run {name!r} was taken over by another process"
-
     given = [] if stop is None else [stop] if isinstance(stop, str) or callable(stop) else list(stop)
-    return [*given, still_owned]
+    return [*given, _StillOwned(store, name)]
 
 
 TaskFactory = Callable[[RunConfig, Ledger], Task]

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -304,6 +304,7 @@ class RunStore:
         self._beating: dict[str, threading.Event] = {}  # runs this process claimed, by name: stops its heartbeat
         self._lost: set[str] = set()  # runs another process took over from this one (a PostgreSQL store)
         self._saved_ledgers: dict[str, str] = {}
+        self._watchers: dict[str, list[Callable[[], None]]] = {}  # called when a run is lost (watch_ownership)
 
     @staticmethod
     def _sqlite_schema(db: SQLiteDatabase, readonly: bool) -> None:
@@ -424,11 +425,25 @@ class RunStore:
                 why = (f"was taken over by another process (this one was not heard from for {GRACE_SECONDS:.0f} s)"
                        if self._db.execute("SELECT 1 FROM runs WHERE name=?", (name,)) else "was deleted")
                 warnings.warn(f"run {name!r} {why}: this process stops running it", RuntimeWarning, stacklevel=1)
+                for lost in list(self._watchers.get(name, [])):
+                    lost()
                 return
 
     def owns(self, name: str) -> bool:
-        """False once another process has taken `name` over from this one (a shared store; see `_beat`)."""
+        """False once another process has taken `name` over from this one (a shared store; see `_beat`): this
+        process then writes nothing more for it."""
         return name not in self._lost
+
+    def watch_ownership(self, name: str, lost: Callable[[], None]) -> Callable[[], None]:
+        """Call `lost()` (from the heartbeat's thread) when another process takes `name` over; returns the
+        function that stops watching."""
+        self._watchers.setdefault(name, []).append(lost)
+
+        def unwatch() -> None:
+            with contextlib.suppress(ValueError):
+                self._watchers.get(name, []).remove(lost)
+
+        return unwatch
 
     def create_run(self, name: str, config: Mapping[str, Any], seed: int) -> None:
         self.claim_run(name, config, seed)
@@ -456,6 +471,8 @@ class RunStore:
                            (status, time.time(), dumps(result) if result is not None else None, name, *args))
 
     def update_config(self, name: str, config: Mapping[str, Any]) -> None:
+        if name in self._lost:  # taken over by another process: it writes no more for it
+            return
         with self._tx() as db:
             db.execute("UPDATE runs SET config=?, updated=? WHERE name=?", (dumps(dict(config)), time.time(), name))
 
@@ -464,7 +481,7 @@ class RunStore:
         process saved last is not written again (a replayed rollout costs nothing: on a database server every
         write is a round trip)."""
         text = dumps(dict(ledger))
-        if self._saved_ledgers.get(name) == text:
+        if self._saved_ledgers.get(name) == text or name in self._lost:
             return
         with self._tx() as db:
             db.execute("UPDATE runs SET ledger=?, updated=? WHERE name=?", (text, time.time(), name))
@@ -507,6 +524,8 @@ class RunStore:
                 db.execute(f"DELETE FROM {table} WHERE {'name' if table == 'runs' else 'run'}=?", (name,))
 
     def put_examples(self, run: str, split: str, examples: list[Example]) -> None:
+        if run in self._lost:  # taken over by another process: it writes no more for it
+            return
         with self._tx() as db:
             db.executemany(self._insert("examples", ("run", "id", "split", "inputs", "gold"), "replace"),
                            [(run, e.id, split, dumps(dict(e.inputs)), dumps(e.gold)) for e in examples])
@@ -518,6 +537,8 @@ class RunStore:
 
     # ---- candidates, evaluations, events -----------------------------------------------------------
     def put_candidate(self, run: str, rec: CandidateRecord) -> None:
+        if run in self._lost:  # taken over by another process: it writes no more for it
+            return
         columns = ("run", "idx", "id", "texts", "parents", "origin", "iteration", "component", "mean", "val_scores",
                    "rollouts_at_creation")
         with self._tx() as db:
@@ -536,6 +557,8 @@ class RunStore:
 
     def put_rollout(self, run: str, candidate: Candidate, example_id: str, rollout: Rollout) -> None:
         """Commit one finished rollout (idempotent: a replayed rollout is not written twice)."""
+        if run in self._lost:
+            return
         try:
             output = json.dumps(redact_data(rollout.output), ensure_ascii=False)
         except (TypeError, ValueError):
@@ -566,6 +589,8 @@ class RunStore:
         return out
 
     def delete_rollouts(self, run: str, candidate_id: str) -> None:
+        if run in self._lost:  # taken over by another process: it writes no more for it
+            return
         """Forget one candidate's rollouts (after a MetricError: they hold no scores, only the broken metric's)."""
         with self._tx() as db:
             db.execute("DELETE FROM evaluations WHERE run=? AND candidate_id=?", (run, candidate_id))
@@ -577,6 +602,8 @@ class RunStore:
                       messages: Sequence[Message] | None = None) -> None:
         """Keep one LM answer of a run (or the error it raised instead), under its request's cache key, with the
         request's messages (redacted): what the report shows as the prompt."""
+        if run in self._lost:
+            return
         if out is None:
             out, error_type = Completion(str(error)), type(error).__name__
         else:
@@ -610,6 +637,8 @@ class RunStore:
         return Completion(text, Usage(n_in, n_out, bool(estimated)), finish, cached=True)
 
     def add_event(self, run: str, kind: str, data: Mapping[str, Any]) -> None:
+        if run in self._lost:  # taken over by another process: it writes no more for it
+            return
         with self._tx() as db:
             db.execute("INSERT INTO events (run, time, kind, data) VALUES (?,?,?,?)",
                        (run, time.time(), kind, dumps(dict(data))))
