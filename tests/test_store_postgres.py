@@ -362,15 +362,16 @@ def test_a_process_that_lost_its_run_stops_and_leaves_it_to_the_new_owner(url, m
     stop = _with_owner_check(None, store, "r")[0]
     told = []
     store.watch_ownership("r", lambda: told.append("lost"))  # (what the engine's stop is armed with)
-    first = RunStore(url).get_run("r").beat_age
-    time.sleep(0.3)
+    first = _tables(url)["runs"][0]
+    waited = time.monotonic()
+    while _tables(url)["runs"][0] == first and time.monotonic() - waited < 120:  # it beats
+        time.sleep(0.05)
+    assert _tables(url)["runs"][0] != first
     assert store.owns("r") and stop(None) is None
-    assert RunStore(url).get_run("r").beat_age < max(first, 0.25)  # it beats
     with pytest.warns(RuntimeWarning, match="taken over by another process"):
         _claimed_elsewhere(url)  # another machine took the run over (this process was silent too long)
-        for _ in range(100):
-            if not store.owns("r"):
-                break
+        waited = time.monotonic()
+        while store.owns("r") and time.monotonic() - waited < 120:  # (a busy machine may delay a beat)
             time.sleep(0.05)
     assert not store.owns("r") and stop(None) == "run 'r' was taken over by another process" and told == ["lost"]
     # this process writes nothing more for the run; the new owner's row is left alone
