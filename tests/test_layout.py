@@ -82,7 +82,8 @@ def test_import_gepetto_loads_no_test_double():
 # Bottom first. A module belongs to the layer of the longest prefix naming it; `import gepetto` (the package) is on
 # top. Every import counts: at module level, inside a function, and under TYPE_CHECKING.
 LAYERS = [
-    ("types", ["gepetto.types", "gepetto.secrets", "gepetto.ledger", "gepetto._install"]),
+    # gepetto.store.db: the store's connection (SQLite or PostgreSQL), which the response cache (lm) shares
+    ("types", ["gepetto.types", "gepetto.secrets", "gepetto.ledger", "gepetto._install", "gepetto.store.db"]),
     ("lm", ["gepetto.lm"]),
     ("program", ["gepetto.program"]),
     ("tasks and test doubles", ["gepetto.tasks", "gepetto.usertask", "gepetto.testing"]),

@@ -336,10 +336,11 @@ def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
     config's (callables of the run status, or "sigterm"/"sigint"). `max_cost_usd` stops the run once its LM
     calls cost that much by `prices`.
 
-    `storage` (a SQLite file, e.g. "gepetto.sqlite") keeps every rollout, reflection answer and candidate in
-    the run store under the name `run` (default: generated), where `gepetto runs/show/report/export` see it;
-    calling again with the same `run` resumes it exactly, and a changed seed, examples or path-changing option
-    is refused with a ConfigError (the budget may grow). `cache`: the LM response cache (docs/runs.md).
+    `storage` (a SQLite file, e.g. "gepetto.sqlite", or a database URL a team shares, "postgresql://user@host/db")
+    keeps every rollout, reflection answer and candidate in the run store under the name `run` (default:
+    generated), where `gepetto runs/show/report/export` see it; calling again with the same `run` resumes it
+    exactly, and a changed seed, examples or path-changing option is refused with a ConfigError (the budget may
+    grow). `cache`: the LM response cache (docs/runs.md).
     `tracking="mlflow"` also logs the run to MLflow (params, metrics per iteration, best candidate, report;
     docs/integrations.md), or give a tracker object (gepetto.tracking); it is called after `callbacks`.
 

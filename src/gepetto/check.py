@@ -205,7 +205,9 @@ def task_lm_for(cfg: RunConfig, storage: str | Path) -> LM:
     from gepetto.lm.names import make_lm
 
     lm = make_lm(cfg.task_lm)
-    if cfg.cache != "off" and Path(storage).is_file():
+    from gepetto.store.sqlite import store_exists
+
+    if cfg.cache != "off" and store_exists(storage):
         from gepetto.lm.cache import CachedLM
 
         lm = CachedLM(lm, storage, mode=cfg.cache)

@@ -74,7 +74,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Group,
 console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 err = Console(stderr=True)
 
-StorageOpt = typer.Option(DEFAULT_STORAGE, "--storage", help="Run store (SQLite file).", envvar="GEPETTO_STORAGE")
+StorageOpt = typer.Option(DEFAULT_STORAGE, "--storage", help="Run store: a SQLite file, or a database URL "
+                          "(postgresql://user@host/db) that a team shares.", envvar="GEPETTO_STORAGE")
 DebugOpt = typer.Option(False, "--debug", help="On an error, show the whole Python traceback.",
                         envvar="GEPETTO_DEBUG")
 _debug = False  # `gepetto --debug COMMAND`: for every command
@@ -154,14 +155,28 @@ def _errors(debug: bool, prefix: str = "") -> Iterator[None]:
 
 
 def _store_exists(storage: str) -> bool:
-    return Path(storage).exists()
+    """Whether the run store exists (a file; a database holding gepetto's tables); one that cannot be reached
+    (a database server away, a URL of another kind) is an error."""
+    from gepetto.store.sqlite import store_exists
+
+    try:
+        return store_exists(storage)
+    except StoreError as exc:
+        raise _fail(str(exc), 2) from None
+
+
+def _where(storage: str) -> str:
+    """The store as messages show it: a URL without its password."""
+    from gepetto.store.db import shown
+
+    return shown(storage)
 
 
 def _open_store(storage: str) -> Any:
     from gepetto.store.sqlite import RunStore
 
     if not _store_exists(storage):
-        raise _fail(f"no run store at {storage} (run `gepetto optimize` first, or pass --storage)", 2)
+        raise _fail(f"no run store at {_where(storage)} (run `gepetto optimize` first, or pass --storage)", 2)
     try:
         return RunStore(storage, readonly=True)
     except StoreError as exc:
@@ -392,8 +407,8 @@ def _check(cfg: RunConfig, explicit: set[str], preset: str | None, *, storage: s
             cfg = RunConfig(**options)
             resumes = (f"`gepetto optimize --run {run}` resumes it" if options == stored.config else
                        "stored by an earlier gepetto (run format 1), it is not resumed")
-            _line("run", f"{run!r} exists in {storage} ({stored.shown_status}): {resumes}; its stored options are "
-                  "checked below")
+            _line("run", f"{run!r} exists in {_where(storage)} ({stored.shown_status}): {resumes}; its stored "
+                  "options are checked below")
             if preset is not None:
                 raise ConfigError(f"run {run!r} exists and keeps its budget; a preset sizes a new run only")
         task = load_run_task(ck.stored_config(cfg), Ledger())
@@ -433,7 +448,7 @@ def _check(cfg: RunConfig, explicit: set[str], preset: str | None, *, storage: s
         plan = ck.budget_plan(task, cfg, make_lm(cfg.task_lm), make_lm(cfg.reflection_lm))
         _line("budget", plan.describe())
         if stored is None:
-            _line("run", f"a new run{f' {run!r}' if run else ''} in {storage}; nothing was stored")
+            _line("run", f"a new run{f' {run!r}' if run else ''} in {_where(storage)}; nothing was stored")
     console.print("[green]ready[/green]: only the seed's run on one example was paid for. Start the run with the same "
                   "options: `gepetto optimize ...`", highlight=False, soft_wrap=True)
 
@@ -460,8 +475,8 @@ def runs(storage: str = StorageOpt) -> None:
     table.columns.insert(0, Column("name", no_wrap=True))  # names are what users type: never cut them
     if not _store_exists(storage):  # nothing stored yet: an empty list, not an error
         console.print(table)
-        console.print(f"[dim]no runs in {_t(storage)} yet; `gepetto optimize` stores one (`--storage` for another "
-                      "store)[/dim]")
+        console.print(f"[dim]no runs in {_t(_where(storage))} yet; `gepetto optimize` stores one (`--storage` for "
+                      "another store)[/dim]")
         return
     store = _open_store(storage)
     try:
@@ -607,7 +622,7 @@ def _rollout_rows(storage: str, run: str) -> Iterator[dict[str, Any]]:
     try:
         if store.get_run(run) is None:
             known = ", ".join(r.name for r in store.list_runs()) or "none"
-            raise _fail(f"no run named {run!r} in {storage} (runs: {known})", 2)
+            raise _fail(f"no run named {run!r} in {_where(storage)} (runs: {known})", 2)
         index = {c["id"]: c["index"] for c in store.candidates(run)}
         splits = {eid: split for split in ("train", "val") for eid in store.examples(run, split)}
         for (cid, eid), r in store.rollouts(run).items():
@@ -695,7 +710,7 @@ def evaluate(
     from gepetto.api import evaluate_run
 
     if not _store_exists(storage):
-        raise _fail(f"no run store at {storage} (run `gepetto optimize` first, or pass --storage)", 2)
+        raise _fail(f"no run store at {_where(storage)} (run `gepetto optimize` first, or pass --storage)", 2)
     with _errors(debug):
         result = evaluate_run(run, storage=storage, split=split, candidates=candidate,
                               max_concurrency=max_concurrency)
@@ -767,7 +782,7 @@ def delete(run: str, yes: bool = typer.Option(False, "--yes", "-y", help="Do not
     from gepetto.store.sqlite import RunStore
 
     if not _store_exists(storage):
-        raise _fail(f"no run store at {storage}", 2)
+        raise _fail(f"no run store at {_where(storage)}", 2)
     try:
         store = RunStore(storage)
     except StoreError as exc:
@@ -776,11 +791,11 @@ def delete(run: str, yes: bool = typer.Option(False, "--yes", "-y", help="Do not
         info = store.get_run(run)
         if info is None:
             known = ", ".join(r.name for r in store.list_runs()) or "none"
-            raise _fail(f"no run named {run!r} in {storage} (runs: {known})", 2)
+            raise _fail(f"no run named {run!r} in {_where(storage)} (runs: {known})", 2)
         if info.alive:
-            raise _fail(f"run {run!r} is running (process {info.pid}): stop it first", 2)
+            raise _fail(f"run {run!r} is running (process {info.owner}): stop it first", 2)
         what = (f"run {run!r} ({info.shown_status}, {store.count_rollouts(run)} rollouts, "
-                f"{len(store.candidates(run))} candidates) from {storage}")
+                f"{len(store.candidates(run))} candidates) from {_where(storage)}")
         if not yes and not typer.confirm(f"Delete {what}?", default=False):
             err.print("nothing deleted")
             raise typer.Exit(1)

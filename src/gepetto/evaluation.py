@@ -18,7 +18,7 @@ from gepetto.engine.pareto import best_index, evidence
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, MeteredLM, RedactingLM, aclose_lm
 from gepetto.program import Metric, Program, Rollout, Task, run_rollout
-from gepetto.store.sqlite import RunStore, StoreError
+from gepetto.store.sqlite import RunStore, StoreError, shown, store_exists
 from gepetto.types import Candidate, Example
 
 SPLITS: tuple[str, ...] = ("test", "val", "train")
@@ -125,7 +125,7 @@ def _split_examples(task: Task, split: str) -> list[Example]:
     return list(examples)
 
 
-def _task_lm(cfg: RunConfig, storage: Path, given: LM | str | None) -> tuple[LM, str]:
+def _task_lm(cfg: RunConfig, storage: str | Path, given: LM | str | None) -> tuple[LM, str]:
     """The LM to score with (and its name): the one given, else the run's task LM behind its response cache."""
     if given is not None and not isinstance(given, str):
         return given, f"{PYTHON}{getattr(given, 'name', type(given).__name__)}"
@@ -176,10 +176,10 @@ def evaluate_stored_run(
     built-in task, or `file.py:make_task` with the run's task options); a run started from Python needs `task=`,
     or `examples=`, `metric=` and `program=`. The task LM is the run's, behind the run's response cache.
     An LM that gives no answer raises LMUnavailable; a program or metric error scores 0, as in a run."""
-    path = Path(storage)
-    if not path.is_file():
-        raise StoreError(f"no run store at {path}")
-    store = RunStore(path) if record else RunStore(path, readonly=True)
+    if not store_exists(storage):
+        raise StoreError(f"no run store at {shown(storage)}")
+    store = RunStore(storage) if record else RunStore(storage, readonly=True)
+    path = store.path
     try:
         info = store.get_run(run)
         if info is None:
@@ -195,7 +195,7 @@ def evaluate_stored_run(
         data = list(examples) if examples is not None else _split_examples(loaded, split)
         labels = _labels(stored, candidates)
         chosen = {i: Candidate(stored[i]["texts"]) for i in labels}
-        lm, lm_name = _task_lm(cfg, path, task_lm)
+        lm, lm_name = _task_lm(cfg, storage, task_lm)
         ledger = Ledger(prices=dict(cfg.prices))
         metered = RedactingLM(MeteredLM(lm, ledger, "task"))
         concurrency = max_concurrency or cfg.max_concurrency

@@ -111,18 +111,12 @@ def load_run_task(cfg: RunConfig, ledger: Ledger) -> Task:
         raise
 
 
-def _cached(lm: Any, storage: Path, mode: CacheMode) -> Any:
+def _cached(lm: Any, storage: str | Path, mode: CacheMode) -> Any:
     if mode == "off":
         return lm
-    import sqlite3
-
     from gepetto.lm.cache import CachedLM
-    from gepetto.store.sqlite import store_error
 
-    try:
-        return CachedLM(lm, storage, mode=mode)
-    except sqlite3.Error as exc:
-        raise store_error(storage, exc) from None
+    return CachedLM(lm, storage, mode=mode)  # (a store that cannot be used raises StoreError)
 
 
 def _as_stored(obj: Any) -> Any:
@@ -130,7 +124,7 @@ def _as_stored(obj: Any) -> Any:
     return json.loads(dumps(obj))
 
 
-def _stored_config(name: str, storage: Path, config: Mapping[str, Any]) -> RunConfig:
+def _stored_config(name: str, storage: str | Path, config: Mapping[str, Any]) -> RunConfig:
     """A stored run's configuration; one this gepetto cannot load says that it came from the store."""
     try:
         return RunConfig(**config)
@@ -256,6 +250,35 @@ def _new_name(store: RunStore, base: str) -> str:
     return name
 
 
+class _StillOwned:
+    """A stop condition of a run in a shared store: the session ends, its step in flight cancelled, as soon as the
+    heartbeat finds that another process has taken the run over (this one went unheard for longer than the
+    store's grace period: asleep, or cut off from the server)."""
+
+    def __init__(self, store: RunStore, name: str) -> None:
+        self.store, self.name = store, name
+        self.message = f"run {name!r} was taken over by another process"
+
+    def __call__(self, _status: Any) -> str | None:
+        return None if self.store.owns(self.name) else self.message
+
+    def arm(self, stop: Callable[..., None]) -> Callable[[], None]:
+        loop = asyncio.get_running_loop()
+
+        def lost() -> None:  # (called from the heartbeat's thread)
+            loop.call_soon_threadsafe(stop, ev.StopReason.CONDITION, self.message)
+
+        return self.store.watch_ownership(self.name, lost)
+
+
+def _with_owner_check(stop: Any, store: RunStore, name: str) -> Any:
+    """`stop`, and in a shared store `_StillOwned`."""
+    if not store.shared:
+        return stop
+    given = [] if stop is None else [stop] if isinstance(stop, str) or callable(stop) else list(stop)
+    return [*given, _StillOwned(store, name)]
+
+
 TaskFactory = Callable[[RunConfig, Ledger], Task]
 CLI_HINT = "resume it without them or start a new run with --run NEW_NAME"
 PYTHON_HINT = "call again with what the run was started with, or give another run= name to start a new run"
@@ -342,7 +365,7 @@ class StoredRun:
     def tracking_info(self) -> dict[str, Any]:
         """What a tracker (gepetto.tracking) is started with: the run's name, configuration, ledger and store."""
         return {"name": self.name, "params": {"run": self.name, **self.config.model_dump()}, "ledger": self.ledger,
-                "store_path": self.store.path}
+                "store_path": self.store.storage}
 
 
 def open_run(
@@ -375,7 +398,6 @@ def open_run(
         cfg = cfg.model_copy(update={"stop_file": stop_file})
     from gepetto.lm.names import make_lm
 
-    storage = Path(storage)
     store = RunStore(storage)
     name = run or _new_name(store, f"{_label(cfg.task)}-{time.strftime('%Y%m%d-%H%M%S')}")
     info = store.get_run(name)
@@ -385,9 +407,9 @@ def open_run(
                           "resume it without a preset (--budget N gives it more rollouts), or start a new run")
     if info is not None:
         if info.owned_elsewhere:  # (checked again when the run is claimed, in one transaction)
-            raise run_in_use(name, info.pid)
+            raise run_in_use(name, info.pid, info.host if info.remote else None)
         _check_format(store, name)
-        cfg = _resumed_config(name, _stored_config(name, storage, info.config), cfg, explicit or set(), hint)
+        cfg = _resumed_config(name, _stored_config(name, store.path, info.config), cfg, explicit or set(), hint)
         _check_same_defaults(store, name, cfg)
         _check_budget(store, name, info, cfg)
     ledger = Ledger.from_dict(store.ledger(name))  # costs of earlier sessions of this run stay counted
@@ -454,7 +476,7 @@ def open_run(
         task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
         task_lm=task_lm, reflection_lm=reflection_lm, callbacks=[record, *ev.as_callbacks(callbacks)],
         rollout_store=rollouts, ledger=ledger, config=engine_config(cfg.engine_config(), given),
-        strategies=strategy_objects(given), stop=stop)
+        strategies=strategy_objects(given), stop=_with_owner_check(stop, store, name))
     if info is None:
         store.create_run(name, cfg.stored(), cfg.seed)
         store.put_examples(name, "train", task.trainset)

@@ -26,7 +26,7 @@ class Tracker(Protocol):
     """A callback that is started before a run and closed after it."""
 
     def start(self, *, name: str | None, params: Mapping[str, Any], ledger: Ledger | None,
-              store_path: Path | None = None) -> None: ...
+              store_path: str | Path | None = None) -> None: ...
 
     def __call__(self, event: Event) -> None: ...
 
@@ -61,7 +61,7 @@ def with_tracker(callbacks: Callbacks, tracker: Tracker | None) -> list[Callback
 
 @contextlib.contextmanager
 def tracked(tracker: Tracker | None, *, name: str | None, params: Mapping[str, Any], ledger: Ledger | None,
-            store_path: Path | None = None) -> Iterator[None]:
+            store_path: str | Path | None = None) -> Iterator[None]:
     """Start the tracker, run the body, close it with the body's error (if any)."""
     if tracker is None:
         yield

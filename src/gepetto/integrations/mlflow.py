@@ -115,7 +115,7 @@ class MlflowTracker:
         self._managed = False
         self._closed = False
         self._ledger: Ledger | None = None
-        self._store_path: Path | None = None
+        self._store_path: str | Path | None = None
         self._name: str | None = None
         self._params: dict[str, str] = {}
         self._result: Any = None
@@ -125,7 +125,7 @@ class MlflowTracker:
 
     # ---- the tracker protocol (gepetto.tracking) ------------------------------------------------------
     def start(self, *, name: str | None = None, params: Mapping[str, Any] | None = None,
-              ledger: Ledger | None = None, store_path: Path | None = None) -> None:
+              ledger: Ledger | None = None, store_path: str | Path | None = None) -> None:
         """Create the MLflow run and log the configuration; errors here (no mlflow, a bad URI) stop the
         optimisation before anything is paid for."""
         self._managed, self._closed, self._result, self.run_id = True, False, None, None  # one tracker, many runs
