@@ -4,7 +4,7 @@ rollout, and the wall time of rollouts with a CPU-heavy step (a stand-in for cod
 Usage: python benchmarks/ray_executor.py [--budget 60] [--work-ms 200] [--num-cpus 2]
        python benchmarks/ray_executor.py --real-model    # SmolLM2-135M (llama.cpp) in the Ray workers
 
-The task is `gepetto.sim` (known optimum, simulated LMs: no LM time). "light": the one-instruction program
+The task is `gepetto.testing.sim` (known optimum, simulated LMs: no LM time). "light": the one-instruction program
 (one LM call, nothing else). "heavy": a sync program that first burns `--work-ms` of pure-Python CPU (it holds
 the GIL, so in-process threads cannot overlap it) and then makes its LM call. Each pair of runs (local, ray) has
 the same seed and settings and must give the same result (checked). Prints a Markdown table.

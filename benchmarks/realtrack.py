@@ -3,7 +3,7 @@
 Usage:
   python benchmarks/realtrack.py headroom [--tasks ...]                    # baseline / seed / expert on val+test
   python benchmarks/realtrack.py optimize --proposer edit --seeds 0 1 2 [--tasks ...] [--budget 300] [--fewshot 4]
-  python benchmarks/realtrack.py optimize ... --set racing=true --run-suffix NAME  # any engine option, as JSON
+  python benchmarks/realtrack.py optimize ... --set validation='"racing"' --run-suffix NAME  # an engine option, JSON
 
 Every task keeps one fixed split (data seed 0: CLINC150's / SNIPS' own train, val and test files); the
 optimisation seed varies. Runs are stored and resumable in --storage (run name `rt-TASK-PROPOSER-sSEED`,
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import statistics
 import sys
@@ -132,7 +133,8 @@ def _variant(row: dict[str, Any]) -> str:
 
 
 def table(log: Path) -> str:
-    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    text = gzip.decompress(log.read_bytes()).decode() if log.suffix == ".gz" else log.read_text()
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     experts: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["kind"] == "headroom":
@@ -201,7 +203,7 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--budget", type=int, default=300)
     ap.add_argument("--storage", default="realtrack.sqlite")
-    ap.add_argument("--log", default="benchmarks/results/realtrack.jsonl")
+    ap.add_argument("--log", default="benchmarks/results/realtrack.jsonl.gz")
     ap.add_argument("--run-suffix", default="", help="appended to stored run names (a new run, not a resume)")
     ap.add_argument("--label", default="", help="names this variant in the tables (e.g. the commit)")
     ap.add_argument("--fewshot", type=int, default=0, help="few-shot demonstrations per component (0: none)")
@@ -229,7 +231,7 @@ def main() -> None:
             row["command"] = "python benchmarks/realtrack.py " + " ".join(sys.argv[1:])
             row["date"] = time.strftime("%Y-%m-%d %H:%M")
             print(json.dumps(row), flush=True)
-            with open(log, "a") as f:
+            with gzip.open(log, "at") if log.suffix == ".gz" else open(log, "a") as f:  # a gzip file takes appends
                 f.write(json.dumps(row) + "\n")
             if row.get("stop_reason") in ("sigterm", "interrupted"):  # stopped from outside: stop here too
                 print("stopped; the runs after this one are not made", file=sys.stderr)

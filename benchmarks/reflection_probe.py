@@ -29,6 +29,7 @@ from collections import Counter
 
 from gepetto.api import evaluate_async
 from gepetto.engine import reflect
+from gepetto.events import Outcome
 from gepetto.lm.names import make_lm
 from gepetto.tasks import load_task
 from gepetto.types import Candidate
@@ -97,9 +98,9 @@ async def probe(task_name: str, wording: str, minibatches: int, threads: int, te
                 raws.append(out.text)
                 verdict = reflect.vet(out.text, out.finish_reason, seed[component], examples)
                 if not verdict.rejected and len(verdict.text) > limit:
-                    verdict = reflect.ReflectionProposal(verdict.text, "over the length budget", out.text)
+                    verdict = reflect.ReflectionProposal(verdict.text, Outcome.OVER_LENGTH, out.text)
                 within[1] += not verdict.rejected
-        outcomes[verdict.rejected or "usable"] += 1
+        outcomes[verdict.rejected.reason if verdict.rejected else "usable"] += 1
         if not verdict.rejected:
             child = Candidate({component: verdict.text})
             ev = await evaluate_async(child, task.trainset, task.metric, program=task.program, task_lm=task_lm,

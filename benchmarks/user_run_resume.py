@@ -147,7 +147,7 @@ def cli_part(log: Log, work: Path, url: str, strategies: tuple[str, ...] = ()) -
         "lineage and validation scores, front, rollouts, iterations, history, proposal outcomes, stop reason)\n")
     if strategies:
         config = RunStore(store, readonly=True).get_run("router").config  # type: ignore[union-attr]
-        log(f"Stored with the run: parent_selector={config['parent_selector']!r}, epsilon={config['epsilon']}, "
+        log(f"Stored with the run: parent_selector={config['parent_selector']!r}, "
             f"component_selector={config['component_selector']!r}; candidates: "
             f"{len(final(store, 'router')['candidates'])}.\n")
         return same
@@ -222,7 +222,7 @@ def main() -> int:
     with server:  # serves the CLI runs; the Python API takes the LM objects
         ok_cli = cli_part(log, work, server.url)
         ok_py = python_part(log, work)
-        ok_strategies = cli_part(log, work, server.url, ("--parent-selector", "epsilon-greedy", "--epsilon", "0.3",
+        ok_strategies = cli_part(log, work, server.url, ("--parent-selector", "epsilon-greedy(epsilon=0.3)",
                                                           "--component-selector", "all"))
     log(f"\nTotal wall time {time.monotonic() - t0:.0f}s. Resume exact: CLI {ok_cli}; Python {ok_py}; CLI with "
         f"strategies {ok_strategies}.")

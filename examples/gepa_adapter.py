@@ -75,7 +75,7 @@ def main() -> None:
     reflection = ScriptedLM(scripted_reflection) if scripted else "local:qwen2.5-coder-1.5b"
     adapter = DefaultAdapter(model=model)
     result = gepa_adapter.optimize(adapter, SEED, DATA[:6], DATA[6:], reflection_lm=reflection, budget=args.budget,
-                                   storage=args.storage, run=args.run, tracking=args.tracking, use_merge=False)
+                                   storage=args.storage, run=args.run, tracking=args.tracking, merge="off")
     print(result.summary())
     print("best system prompt:", result.best_candidate["system_prompt"])
     print("proposals:", {str(outcome): n for outcome, n in result.proposals.items()})

@@ -9,6 +9,7 @@ import pytest
 import gepetto
 from gepetto.engine import edits
 from gepetto.engine.reflect import ReflectionExample, build_prompt, reflective_examples, vet
+from gepetto.events import Outcome
 from gepetto.program import Rollout, TraceEntry
 from gepetto.testing import ScriptedLM
 from gepetto.types import Candidate, Example, Score
@@ -149,29 +150,29 @@ REGEX_SHOWN = [ReflectionExample("Order ORD-12345 is late.", '["12345"]', "Misse
 def test_vetting_accepts_valid_artifacts(text):
     proposal = vet(f"<new_instruction>{text}</new_instruction>", "stop", r"(?i)ORD-(\d+)", REGEX_SHOWN,
                    artifact=True)
-    assert proposal.rejected == "" and proposal.text == text.strip()
+    assert proposal.rejected is None and proposal.text == text.strip()
 
 
 @pytest.mark.parametrize(
     ("raw", "finish", "reason"),
     [
-        ("<new_instruction></new_instruction>", "stop", "empty"),
-        (r"<new_instruction>(?i)ORD-(\d+)</new_instruction>", "stop", "unchanged"),
-        ("<new_instruction>Certainly! Here is the improved regex.</new_instruction>", "stop", "chat reply"),
-        ("Sure, I can help with that.", "stop", "chat reply"),
-        ("<new_instruction>=== Example 1 ===\n\\d+</new_instruction>", "stop", "copies our prompt markers"),
-        ("<new_instruction>(?i)ORD-(\\d{5}", "length", "truncated"),
+        ("<new_instruction></new_instruction>", "stop", Outcome.EMPTY),
+        (r"<new_instruction>(?i)ORD-(\d+)</new_instruction>", "stop", Outcome.UNCHANGED),
+        ("<new_instruction>Certainly! Here is the improved regex.</new_instruction>", "stop", Outcome.CHAT_REPLY),
+        ("Sure, I can help with that.", "stop", Outcome.CHAT_REPLY),
+        ("<new_instruction>=== Example 1 ===\n\\d+</new_instruction>", "stop", Outcome.SCAFFOLDING),
+        ("<new_instruction>(?i)ORD-(\\d{5}", "length", Outcome.TRUNCATED),
     ],
 )
 def test_vetting_still_refuses_unusable_artifacts(raw, finish, reason):
-    assert vet(raw, finish, r"(?i)ORD-(\d+)", REGEX_SHOWN, artifact=True).rejected == reason
+    assert vet(raw, finish, r"(?i)ORD-(\d+)", REGEX_SHOWN, artifact=True).rejected is reason
 
 
 def test_a_fenced_or_backticked_artifact_is_unwrapped_and_prose_vetting_would_refuse_a_short_regex():
     assert vet("<new_instruction>```regex\n\\d{5}\n```</new_instruction>", "stop", "x", REGEX_SHOWN,
                artifact=True).text == r"\d{5}"
     assert vet("<new_instruction>`\\d{5}`</new_instruction>", "stop", "x", REGEX_SHOWN, artifact=True).text == r"\d{5}"
-    assert vet("<new_instruction>\\d{5}</new_instruction>", "stop", "x", REGEX_SHOWN).rejected == "empty"
+    assert vet("<new_instruction>\\d{5}</new_instruction>", "stop", "x", REGEX_SHOWN).rejected is Outcome.EMPTY
 
 
 def test_edit_proposer_rewrites_a_described_component_whole():

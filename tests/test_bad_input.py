@@ -394,7 +394,7 @@ def test_report_to_an_unwritable_path_is_one_clear_error(cli, tmp_path) -> None:
 
 
 def test_missing_store_and_unknown_run_are_one_clear_error(cli, tmp_path) -> None:
-    assert cli("runs", "--storage", "nowhere.sqlite").exit_code == 2
+    assert cli("show", "r", "--storage", "nowhere.sqlite").exit_code == 2  # (`runs` lists none: tests/test_cli.py)
     assert cli("optimize", *SIM, "--budget", 30, "--run", "r", "--storage", "runs.sqlite", "-q").exit_code == 0
     res = cli("show", "nope", "--storage", "runs.sqlite")
     assert res.exit_code == 2 and "no run named 'nope'" in res.output

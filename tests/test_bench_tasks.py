@@ -22,7 +22,8 @@ def test_resumed_run_is_tested_on_its_own_test_split(bench, tmp_path) -> None:
     from gepetto.store.sqlite import RunStore
 
     settings = {"n_train": 10, "n_val": 14, "n_test": 10, "budget": 20, "cache": "off"}
-    lms = {"task_lm": "sim:task", "reflection_lm": "sim:reflection", "settings": settings}
+    # the simulated LMs answer another task than theirs only when told to (strict=false): a plumbing test
+    lms = {"task_lm": "sim:task?strict=false", "reflection_lm": "sim:reflection?strict=false", "settings": settings}
     storage = tmp_path / "bench.sqlite"
     first = bench.run_task("demo", storage, None, {}, **lms)
     assert first["splits"] == "10/14/10"

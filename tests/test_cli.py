@@ -82,7 +82,7 @@ def test_more_budget_on_resume_continues_the_run(cli, done_run):
         (["--budget", "0"], "budget: Input should be greater than or equal to 1"),
         (["--task", "nope"], "unknown task 'nope'; accepted:"),
         (["--task-lm", "gpt4"], "task_lm:"),
-        (["--target", "2"], "target_score: Input should be less than or equal to 1"),
+        (["--target-score", "2"], "target_score: Input should be less than or equal to 1"),
     ],
 )
 def test_config_errors_name_the_field_and_exit_2(cli, args, message):
@@ -99,7 +99,7 @@ def test_config_files_yaml_and_toml(cli, tmp_path):
                                        "budget = 40\nbudgett = 3\n")
     res = cli("optimize", "-c", tmp_path / "run.toml", "--storage", "runs.sqlite", "-q")
     assert res.exit_code == 2
-    assert "budgett: unknown option; accepted:" in res.output
+    assert "budgett: unknown option (did you mean 'budget'?); accepted:" in res.output
     res = cli("optimize", "-c", tmp_path / "missing.yaml", "--storage", "runs.sqlite", "-q")
     assert res.exit_code == 2 and "does not exist" in res.output
 
@@ -107,8 +107,10 @@ def test_config_files_yaml_and_toml(cli, tmp_path):
 def test_unknown_run_and_missing_store(cli, done_run):
     res = cli("show", "nope", "--storage", "runs.sqlite")
     assert res.exit_code == 2 and "no run named 'nope'" in res.output and "r1" in res.output
-    res = cli("runs", "--storage", "elsewhere.sqlite")
-    assert res.exit_code == 2 and "no run store" in res.output
+    res = cli("runs", "--storage", "elsewhere.sqlite")  # no store yet: an empty list, not an error
+    assert res.exit_code == 0 and "no runs in elsewhere.sqlite yet" in res.output and "r1" not in res.output
+    res = cli("show", "r1", "--storage", "elsewhere.sqlite")
+    assert res.exit_code == 2 and "no run store at elsewhere.sqlite" in res.output
 
 
 def test_usage_error_exit_code(cli):
@@ -194,3 +196,124 @@ def test_warnings_are_told_in_the_command_lines_words(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("warning: run 'r' did not retrace its stored path on resume: [1 of 2]")  # as written
     assert "RuntimeWarning" not in err and "test_cli.py" not in err  # no Python location
+
+
+def test_version_and_help_with_the_common_options_first(cli):
+    import re
+
+    import gepetto
+
+    res = cli("--version")
+    assert res.exit_code == 0 and res.output.strip() == f"gepetto {gepetto.__version__}"
+    shown = CliRunner().invoke(app, ["optimize", "--help"], env={"COLUMNS": "120"}).output
+    assert "<bool>" not in shown  # plain flags
+    panels = re.findall(r"╭─ ([^─]+) ─", shown)
+    options = {}  # option -> (panel number, position in the help)
+    for k, part in enumerate(re.split(r"╭─ [^─]+ ─", shown)[1:]):
+        for m in re.finditer(r"│ (--[\w-]+)", part):
+            options.setdefault(m.group(1), (k, len(options)))
+    common = ["--config", "--task", "--task-lm", "--reflection-lm", "--budget", "--preset", "--run", "--storage",
+              "--seed", "--dry-run"]
+    assert panels[0] == "Options" and [options[o] for o in common] == sorted(options[o] for o in common)
+    assert {options[o][0] for o in common} == {0}  # the common options first, together
+    assert options["--max-concurrency"][0] > 0 and len(panels) >= 5  # the rest grouped after
+
+
+def test_report_writes_run_html_by_default_and_opens_it(cli, done_run, tmp_path, monkeypatch):
+    opened = []
+    monkeypatch.setattr("webbrowser.open", lambda url: opened.append(url) or True)
+    res = cli("report", "r1", "--storage", "runs.sqlite", "--open")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "r1.html").is_file() and opened == [(tmp_path / "r1.html").resolve().as_uri()]
+    assert "Reflection transcripts" in (tmp_path / "r1.html").read_text()
+
+
+def test_evaluate_scores_the_test_split_and_keeps_it_with_the_run(cli, done_run, tmp_path):
+    res = cli("evaluate", "r1", "--storage", "runs.sqlite")
+    assert res.exit_code == 0, res.output
+    assert "#0" in res.output and "seed" in res.output and "best" in res.output and "12" in res.output
+    show = cli("show", "r1", "--storage", "runs.sqlite").output
+    assert "test (12 examples): seed 0.000 -> best 0." in show
+    runs = cli("runs", "--storage", "runs.sqlite").output
+    assert "test" in runs
+    cli("report", "r1", "--storage", "runs.sqlite")
+    assert "test score" in (tmp_path / "r1.html").read_text()
+    bad = cli("evaluate", "r1", "--split", "holdout", "--storage", "runs.sqlite")
+    assert bad.exit_code == 2 and "split 'holdout': one of test, val, train" in bad.output
+    bad = cli("evaluate", "r1", "--candidate", "99", "--storage", "runs.sqlite")
+    assert bad.exit_code == 2 and "the run has candidates 0-" in bad.output
+
+
+def test_export_rollouts_as_csv_and_json_lines(cli, done_run):
+    import csv
+
+    from gepetto.store.sqlite import RunStore
+
+    assert cli("evaluate", "r1", "--storage", "runs.sqlite").exit_code == 0
+    res = cli("export", "r1", "--rollouts", "-o", "rollouts.csv", "--storage", "runs.sqlite")
+    assert res.exit_code == 0, res.output
+    with open("rollouts.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    paid = RunStore("runs.sqlite").count_rollouts("r1")
+    assert len([r for r in rows if r["split"] in ("train", "val")]) == paid
+    assert len([r for r in rows if r["split"] == "test"]) == 24  # the seed and the best on 12 test examples
+    assert set(rows[0]) == {"run", "split", "candidate", "candidate_id", "example_id", "score", "feedback", "output",
+                            "error"}
+    best_test = [r for r in rows if r["split"] == "test" and r["candidate"] != "0"]
+    assert all(float(r["score"]) in (0.0, 1.0) for r in rows) and any(r["output"].startswith("answer-")
+                                                                       for r in best_test)
+    lines = cli("export", "r1", "--rollouts", "--storage", "runs.sqlite").output.splitlines()
+    assert [json.loads(line)["example_id"] for line in lines] == [r["example_id"] for r in rows]
+    assert cli("export", "r1", "--rollouts", "--format", "xml", "--storage", "runs.sqlite").exit_code == 2
+
+
+def test_compare_shows_a_table_the_options_that_differ_and_a_chart(cli, done_run, tmp_path):
+    other = cli("optimize", *SIM, "--reflection-lm", "sim:reflection?max_rules=2", "--budget", 60, "--run", "r2",
+                "--storage", "runs.sqlite", "-q")
+    assert other.exit_code == 0, other.output
+    res = cli("compare", "r1", "r2", "-o", "compare.html", "--storage", "runs.sqlite")
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "options that differ" in out and "reflection_lm" in out and "budget" in out
+    assert "best validation score over rollouts" in out and "● r1" in out and "■ r2" in out
+    page = (tmp_path / "compare.html").read_text()
+    assert page.count('class="run-line"') == 2 and "Options that differ" in page and "<script" not in page
+    assert cli("compare", "r1", "--storage", "runs.sqlite").exit_code == 2
+    missing = cli("compare", "r1", "nope", "--storage", "runs.sqlite")
+    assert missing.exit_code == 2 and "no run named 'nope'" in missing.output
+
+
+def test_delete_asks_first_and_takes_yes(cli, done_run):
+    from gepetto.store.sqlite import RunStore
+
+    runner = CliRunner()
+    kept = runner.invoke(app, ["delete", "r1", "--storage", "runs.sqlite"], input="n\n")
+    assert kept.exit_code == 1 and "Delete run 'r1' (finished" in kept.output and "nothing deleted" in kept.output
+    assert RunStore("runs.sqlite").get_run("r1") is not None
+    gone = runner.invoke(app, ["delete", "r1", "--storage", "runs.sqlite"], input="y\n")
+    assert gone.exit_code == 0 and "deleted run 'r1'" in gone.output
+    store = RunStore("runs.sqlite")
+    assert store.get_run("r1") is None and not store.events("r1") and not store.lm_exchanges("r1")
+    assert cli("delete", "r1", "--yes", "--storage", "runs.sqlite").exit_code == 2  # no such run any more
+    assert cli("optimize", *SIM, "--budget", 30, "--run", "r3", "--storage", "runs.sqlite", "-q").exit_code == 0
+    assert cli("delete", "r3", "--yes", "--storage", "runs.sqlite").exit_code == 0
+
+
+def test_preset_sizes_a_new_run_and_an_explicit_budget_wins(cli, tmp_path):
+    from gepetto.presets import preset_budget
+    from gepetto.store.sqlite import RunStore
+
+    res = cli("optimize", *SIM, "--preset", "light", "--run", "p", "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 0, res.output
+    light = preset_budget("light", n_val=12, n_components=1)
+    assert RunStore("s.sqlite").get_run("p").config["budget"] == light == 12 + 8 * 6 + 3 * 12
+    assert cli("optimize", *SIM, "--preset", "light", "--budget", 30, "--run", "q", "--storage", "s.sqlite",
+               "-q").exit_code == 0
+    assert RunStore("s.sqlite").get_run("q").config["budget"] == 30
+    (tmp_path / "run.yaml").write_text("task: sim\ntask_lm: sim:task\nreflection_lm: sim:reflection\npreset: medium\n")
+    assert cli("optimize", "-c", "run.yaml", "--run", "m", "--storage", "s.sqlite", "-q").exit_code == 0
+    assert RunStore("s.sqlite").get_run("m").config["budget"] == preset_budget("medium", n_val=12, n_components=1)
+    again = cli("optimize", "--run", "p", "--preset", "heavy", "--storage", "s.sqlite", "-q")
+    assert again.exit_code == 2 and "keeps the budget it was given" in again.output
+    wrong = cli("optimize", *SIM, "--preset", "huge", "--storage", "s.sqlite", "-q")
+    assert wrong.exit_code == 2 and "unknown preset 'huge'; accepted: light, medium, heavy" in wrong.output

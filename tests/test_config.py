@@ -1,15 +1,24 @@
 """One typed configuration: EngineConfig and RunConfig are the source of the Python API's keywords, the config
-files and the CLI options, under the same names; stored runs of earlier versions still resume."""
+files and the CLI options, under the same names; a stored run resumes under the options it was started with."""
 
 import inspect
 import json
+import sqlite3
 
 import pytest
 from typer.testing import CliRunner
 
 import gepetto
 from gepetto.cli import app
-from gepetto.config import ENGINE_FIELDS, SESSION_ONLY, ConfigError, EngineConfig, RunConfig, load_config
+from gepetto.config import (
+    ENGINE_FIELDS,
+    SESSION_ONLY,
+    ConfigError,
+    EngineConfig,
+    RunConfig,
+    load_config,
+    stored_options,
+)
 from gepetto.store.sqlite import RunStore
 from gepetto.testing import sim
 
@@ -20,11 +29,23 @@ def keywords(fn):
     return {n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY}
 
 
-@pytest.mark.parametrize("fn", [gepetto.optimize, gepetto.optimize_async, gepetto.build_engine])
-def test_every_engine_option_is_an_explicit_keyword_of_the_api(fn):
-    assert keywords(fn) >= ENGINE_FIELDS
-    assert "config" in keywords(fn)
-    assert not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+@pytest.mark.parametrize(("fn", "options"), [(gepetto.optimize, "OptimizeOptions"),
+                                              (gepetto.optimize_async, "OptimizeOptions"),
+                                              (gepetto.build_engine, "BuildOptions")])
+def test_the_options_are_written_once_as_typed_keywords_of_the_api(fn, options):
+    """The engine options are one typed dictionary, EngineOptions, in EngineConfig's order; optimize,
+    optimize_async and build_engine unpack it (with the run's own options), so an editor and a type checker see
+    every keyword with its type, and nothing travels through locals()."""
+    from gepetto import api
+
+    assert tuple(api.EngineOptions.__annotations__) == tuple(EngineConfig.model_fields)
+    params = inspect.signature(fn).parameters
+    assert [n for n, p in params.items() if p.kind is not p.VAR_KEYWORD] == ["seed_candidate", "trainset", "metric"]
+    (unpacked,) = [p for p in params.values() if p.kind is p.VAR_KEYWORD]
+    assert unpacked.annotation == f"Unpack[{options}]"
+    keys = set(getattr(api, options).__annotations__)
+    assert keys >= ENGINE_FIELDS | {"config", "valset", "program", "task_lm", "reflection_lm", "callbacks", "stop"}
+    assert "locals()" not in inspect.getsource(api)
 
 
 def test_evaluate_takes_the_engine_options_it_uses():
@@ -40,7 +61,7 @@ def test_every_run_option_is_a_cli_option_named_like_the_field():
     for name in RunConfig.model_fields:
         flag = "--task-option" if name == "task_options" else "--" + name.replace("_", "-")
         assert flag in shown, flag
-    for old in ("--concurrency", "--target ", "--merge "):  # deprecated spellings: accepted, not shown
+    for old in ("--concurrency", "--target ", "--no-merge"):  # spellings of a version never released: gone
         assert old not in shown
 
 
@@ -48,12 +69,12 @@ def test_keywords_override_the_config_and_unknown_names_are_config_errors():
     task = sim.task()
     kw = {"program": task.program, "valset": task.valset, "task_lm": sim.SimTaskLM(),
           "reflection_lm": sim.SimReflectionLM()}
-    cfg = EngineConfig(budget=90, seed=3, use_merge=False)
+    cfg = EngineConfig(budget=90, seed=3, merge="off")
     engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, config=cfg, budget=70, **kw)
-    assert (engine.config.budget, engine.config.seed, engine.config.use_merge) == (70, 3, False)
+    assert (engine.config.budget, engine.config.seed, engine.config.merge, engine.merge) == (70, 3, "off", None)
     assert cfg.budget == 90  # the given config is not changed
     a = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, config=cfg, **kw)
-    b = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, budget=90, seed=3, use_merge=False, **kw)
+    b = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, budget=90, seed=3, merge="off", **kw)
     assert a.to_dict() | {"wall_seconds": 0, "ledger": 0} == b.to_dict() | {"wall_seconds": 0, "ledger": 0}
     with pytest.raises(ConfigError, match=r"unknown option 'minibatch' \(did you mean 'minibatch_size'\?\)"):
         gepetto.optimize(task.seed_candidate, task.trainset, task.metric, minibatch=2, **kw)
@@ -61,19 +82,20 @@ def test_keywords_override_the_config_and_unknown_names_are_config_errors():
         gepetto.evaluate(task.seed_candidate, task.valset, task.metric, concurrency=2)
     with pytest.raises(ConfigError, match="budget: Input should be greater than or equal to 1"):
         gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, budget=0, **kw)
-    with pytest.raises(ConfigError, match="accept: Input should be 'strict', 'non_decreasing' or 'paired'"):
+    with pytest.raises(ConfigError, match="accept: unknown accept 'sometimes'; accepted: non_decreasing, paired, "
+                                          "strict"):
         EngineConfig(accept="sometimes")
 
 
-def test_a_run_config_is_flat_and_reads_the_nested_form_of_earlier_versions(tmp_path):
+def test_a_run_config_is_flat(tmp_path):
     flat = load_config(reflection_attempts=2, accept="non_decreasing", components=["instruction"])
     assert flat.components == ("instruction",)
-    (tmp_path / "old.yaml").write_text("task: sim\nengine: {reflection_attempts: 2, accept: non_decreasing, "
-                                       "components: [instruction]}\n")
-    assert load_config(tmp_path / "old.yaml").model_dump() == flat.model_copy(update={"task": "sim"}).model_dump()
-    assert load_config(tmp_path / "old.yaml", reflection_attempts=4).reflection_attempts == 4  # overrides win
-    with pytest.raises(ConfigError, match="given both as fields and under `engine:`"):
-        load_config(engine={"accept": "strict"}, accept="strict")
+    (tmp_path / "run.yaml").write_text("task: sim\nreflection_attempts: 2\naccept: non_decreasing\n"
+                                       "components: [instruction]\n")
+    assert load_config(tmp_path / "run.yaml").model_dump() == flat.model_copy(update={"task": "sim"}).model_dump()
+    assert load_config(tmp_path / "run.yaml", reflection_attempts=4).reflection_attempts == 4  # overrides win
+    with pytest.raises(ConfigError, match="engine: unknown option"):  # no nested `engine:` table
+        load_config(engine={"accept": "strict"})
     # what the store keeps: every option but a stop file (it stops one session only)
     stored = load_config(stop_file="STOP").stored()
     assert set(stored) == set(RunConfig.model_fields) - SESSION_ONLY
@@ -93,17 +115,18 @@ def cli(tmp_path, monkeypatch):
 
 def test_loop_options_from_the_cli_and_from_a_file(cli, tmp_path):
     res = cli("optimize", *SIM, "--budget", 60, "--max-concurrency", 2, "--accept", "non_decreasing",
-              "--reflection-attempts", 2, "--reflection-temperatures", "[0, 0.5]", "--no-use-merge",
-              "--task-lm-params", "{temperature: 0}", "--evidence-size", 4, "--run", "a", "--storage", "s.sqlite", "-q")
+              "--reflection-attempts", 2, "--reflection-temperatures", "[0, 0.5]", "--merge", "off",
+              "--task-lm-params", "{temperature: 0}", "--proposer", "edit(evidence=4)", "--run", "a", "--storage",
+              "s.sqlite", "-q")
     assert res.exit_code == 0, res.output
     config = RunStore("s.sqlite").get_run("a").config
-    assert (config["max_concurrency"], config["accept"], config["reflection_attempts"], config["use_merge"],
-            config["evidence_size"]) == (2, "non_decreasing", 2, False, 4)
+    assert (config["max_concurrency"], config["accept"], config["reflection_attempts"], config["merge"],
+            config["proposer"]) == (2, "non_decreasing", 2, "off", "edit(evidence=4)")
     assert config["reflection_temperatures"] == [0, 0.5] and config["task_lm_params"] == {"temperature": 0}
     (tmp_path / "run.yaml").write_text("task: sim\ntask_lm: sim:task\nreflection_lm: sim:reflection\nbudget: 60\n"
                                        "max_concurrency: 2\naccept: non_decreasing\nreflection_attempts: 2\n"
-                                       "reflection_temperatures: [0, 0.5]\nuse_merge: false\nevidence_size: 4\n"
-                                       "task_lm_params: {temperature: 0}\n")
+                                       "reflection_temperatures: [0, 0.5]\nmerge: off\n"
+                                       "proposer: {edit: {evidence: 4}}\ntask_lm_params: {temperature: 0}\n")
     res = cli("optimize", "-c", tmp_path / "run.yaml", "--run", "b", "--storage", "s.sqlite", "-q")
     assert res.exit_code == 0, res.output
     assert RunStore("s.sqlite").get_run("b").config == config
@@ -113,55 +136,67 @@ def test_loop_options_from_the_cli_and_from_a_file(cli, tmp_path):
     assert res.exit_code == 2 and "--task-lm-params: not a YAML value" in res.output
 
 
-def test_old_cli_spellings_still_work_with_a_warning(cli):
-    res = cli("optimize", *SIM, "--budget", 60, "--concurrency", 3, "--target", 0.5, "--no-merge", "--run", "old",
-              "--storage", "s.sqlite", "-q")
-    assert res.exit_code == 0, res.output
-    assert "--concurrency is deprecated; use --max-concurrency" in res.output
-    config = RunStore("s.sqlite").get_run("old").config
-    assert (config["max_concurrency"], config["target_score"], config["use_merge"]) == (3, 0.5, False)
+def test_the_spellings_of_a_version_never_released_are_gone(cli):
+    for old, new in (("--concurrency", "--max-concurrency"), ("--target", "--target-score")):
+        res = cli("optimize", *SIM, old, "1", "--storage", "s.sqlite", "-q")
+        assert res.exit_code == 2 and f"No such option: {old}" in res.output and new in res.output
+    res = cli("optimize", *SIM, "--no-merge", "--storage", "s.sqlite", "-q")
+    assert res.exit_code == 2 and "No such option: --no-merge" in res.output
 
 
-def test_a_run_stored_by_an_earlier_version_resumes(cli):
-    """Runs stored before the options became fields keep some of them under `engine:`; they resume exactly."""
-    res = cli("optimize", *SIM, "--budget", 80, "--reflection-attempts", 2, "--run", "r", "--storage", "s.sqlite",
-              "-q")
+def test_a_stored_run_with_options_this_gepetto_does_not_know_is_refused_by_name(cli):
+    """A run whose stored config has an option this gepetto does not read (here a nested `engine:` table) is
+    refused on resume with the option's name, before anything is paid; the run is left as it was."""
+    res = cli("optimize", *SIM, "--budget", 60, "--run", "r", "--storage", "s.sqlite", "-q")
     assert res.exit_code == 0, res.output
     store = RunStore("s.sqlite")
     config = store.get_run("r").config
-    old_top = {"task", "task_lm", "reflection_lm", "budget", "seed", "minibatch_size", "max_concurrency",
-               "use_merge", "max_merges", "time_limit", "patience", "target_score", "data_dir", "n_train", "n_val",
-               "n_test", "task_options", "cache", "proposals_per_round", "proposer", "max_lm_failures",
-               "lm_retry_pause", "prices"}
-    old = {k: v for k, v in config.items() if k in old_top} | {"engine": {"reflection_attempts": 2}}
-    store.update_config("r", old)
+    store.update_config("r", {k: v for k, v in config.items() if k != "reflection_attempts"}
+                        | {"engine": {"reflection_attempts": config["reflection_attempts"]}})
     paid = store.count_rollouts("r")
-    again = cli("optimize", "--run", "r", "--storage", "s.sqlite", "-q")
-    assert again.exit_code == 0, again.output
-
-    def line(out):
-        return next(x for x in out.splitlines() if x.startswith("validation:")).split("; wall time")[0]
-
-    assert line(again.output) == line(res.output)
-    assert RunStore("s.sqlite").count_rollouts("r") == paid  # replayed, nothing paid again
-    # a resume that would change an option moved out of `engine:` is refused by its name
-    res = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--reflection-attempts", 3, "-q")
-    assert res.exit_code == 2 and "other settings for ['reflection_attempts']" in res.output
-    more = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--budget", 120, "-q")
-    assert more.exit_code == 0 and "/120 rollouts" in more.output
-    assert "engine" not in RunStore("s.sqlite").get_run("r").config  # rewritten in the current form
+    again = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--budget", 80, "-q")
+    assert again.exit_code == 2 and "engine: unknown option" in again.output
+    assert RunStore("s.sqlite").count_rollouts("r") == paid
+    assert "engine" in RunStore("s.sqlite").get_run("r").config  # not rewritten
 
 
-def test_a_run_stored_before_the_learnt_fewshot_share_resumes_with_a_fixed_one(cli):
-    res = cli("optimize", *SIM, "--budget", 60, "--fewshot", 2, "--run", "r", "--storage", "s.sqlite", "-q")
+FORMAT_1 = {  # what a run of the sim task stored by gepetto before strategies had specs (2026-11-27) kept
+    "parent_selector": "epsilon-greedy", "epsilon": 0.3, "accept": "paired", "accept_tolerance": 0.2, "racing": True,
+    "racing_chunk": 4, "racing_confidence": None, "ray_address": None, "proposer": "edit", "evidence_size": 8,
+    "gate_solved": 3, "rule_max_tokens": 90, "edit_rules": 2, "definitions": None, "fewshot": 2,
+    "fewshot_share": 0.5, "use_merge": True, "max_merges": 5, "adaptive_merge": False,
+    "reflection_max_tokens": 700, "reflection_chars": 6000}
+
+
+def test_a_run_stored_in_the_format_before_specs_is_refused_on_resume_and_still_read(cli):
+    """A run stored by the gepetto before strategies were named with their parameters (its options flat, its
+    proposals' random numbers drawn from another seed string) is refused on resume with a message that says why,
+    before anything is paid or written; evaluate and check read its options as specs."""
+    res = cli("optimize", *SIM, "--budget", 60, "--run", "r", "--storage", "s.sqlite", "-q")
     assert res.exit_code == 0, res.output
     store = RunStore("s.sqlite")
     config = store.get_run("r").config
-    assert config["adaptive_fewshot"] is True  # the default, stored with the run
-    store.update_config("r", {k: v for k, v in config.items() if k != "adaptive_fewshot"})
-    more = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--budget", 80, "-q")
-    assert more.exit_code == 0, more.output
-    assert RunStore("s.sqlite").get_run("r").config["adaptive_fewshot"] is False
+    old = {k: v for k, v in config.items() if k not in ("validation", "merge")} | FORMAT_1  # adaptive_fewshot too
+    store.update_config("r", old)
+    with sqlite3.connect("s.sqlite") as db:  # what such a run kept: no run format with its defaults
+        (seq, data), = db.execute("SELECT seq, data FROM events WHERE run = 'r' AND kind = 'start'")
+        start = json.loads(data)
+        db.execute("UPDATE events SET data = ? WHERE seq = ?",
+                   (json.dumps({**start, "defaults": {k: v for k, v in start["defaults"].items() if k != "format"}}),
+                    seq))
+    before = (store.count_rollouts("r"), len(store.events("r")))
+    again = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--budget", 80, "-q")
+    assert again.exit_code == 2
+    assert "run 'r' was stored by an earlier gepetto (run format 1, this one writes 2" in again.output
+    assert "is not resumed" in again.output and "`evaluate` still read it" in again.output
+    assert (RunStore("s.sqlite").count_rollouts("r"), len(RunStore("s.sqlite").events("r"))) == before
+    assert RunStore("s.sqlite").get_run("r").config == old  # not rewritten
+    read = RunConfig(**stored_options(old))
+    assert (read.parent_selector, read.accept, read.validation, read.proposer, read.merge, read.fewshot) == (
+        "epsilon-greedy(epsilon=0.3)", "paired(tolerance=0.2)", "racing(chunk=4)", "edit(rules=2)", "merge(max=5)",
+        "fewshot(k=2, adaptive=False)")  # (a run stored before adaptive_fewshot existed had a fixed share)
+    checked = cli("check", "--run", "r", "--storage", "s.sqlite")
+    assert checked.exit_code == 0 and "stored by an earlier gepetto (run format 1)" in checked.output, checked.output
 
 
 def test_a_run_started_under_other_defaults_is_refused_on_resume(cli, monkeypatch):
@@ -188,60 +223,44 @@ def test_a_run_started_under_other_defaults_is_refused_on_resume(cli, monkeypatc
     assert [e["data"]["resumed"] for e in RunStore("s.sqlite").events("set", "start")] == [False, True]
 
 
-def test_a_run_stored_when_fewshot_was_off_by_default_resumes_without_demonstrations(cli):
+def test_a_run_stored_without_demonstrations_resumes_without_them(cli):
     res = cli("optimize", *SIM, "--budget", 60, "--run", "r", "--storage", "s.sqlite", "-q")
     assert res.exit_code == 0, res.output
     store = RunStore("s.sqlite")
     config = store.get_run("r").config
-    assert config["fewshot"] is None  # not set: the built-ins' default (config.FEWSHOT) where a valset is apart
-    store.update_config("r", {**config, "fewshot": 0})  # what a run stored before the switch has
+    assert config["fewshot"] == "fewshot"  # k not set: the built-ins' default (config.FEWSHOT) where a valset is apart
+    store.update_config("r", {**config, "fewshot": "off"})
     more = cli("optimize", "--run", "r", "--storage", "s.sqlite", "--budget", 80, "-q")
     assert more.exit_code == 0, more.output
-    assert RunStore("s.sqlite").get_run("r").config["fewshot"] == 0
+    assert RunStore("s.sqlite").get_run("r").config["fewshot"] == "off"
     from gepetto.engine.proposers import FewShot
     from gepetto.engine.strategies import resolve
 
+    assert EngineConfig(fewshot=0).fewshot == EngineConfig(fewshot="0").fewshot == "fewshot(k=0)"
+    assert EngineConfig(fewshot=False).fewshot == "off"  # (YAML reads `fewshot: off` as false)
     assert not isinstance(resolve("proposer", None, EngineConfig(fewshot=0)), FewShot)
+    assert not isinstance(resolve("proposer", None, EngineConfig(fewshot="off")), FewShot)
     assert isinstance(resolve("proposer", None, EngineConfig()), FewShot)
 
 
-def test_a_run_stored_before_defaults_were_kept_warns_when_its_resume_leaves_its_path(tmp_path, monkeypatch):
-    """Such a run cannot be told apart from one started under today's defaults, so it is resumed; when an old
-    default sends it elsewhere (here the rewrite temperatures of before 2026-11-26, with a reflection LM whose
-    answers depend on the temperature), the resume says so."""
-    import json
+def test_a_run_stored_before_defaults_were_kept_is_refused_on_resume(tmp_path):
+    """Such a run (format 1 too) cannot be told apart from one started under today's defaults: it is refused."""
     import sqlite3
 
     import gepetto
-    import gepetto.config as config
-    import gepetto.engine.proposers as proposers
     from gepetto.testing import sim
-
-    class ByTemperature:  # below temperature 1, rules two at a time; at 1, one at a time
-        name = "by-temperature"
-
-        def __init__(self):
-            self.lms = [sim.SimReflectionLM(max_rules=n) for n in (2, 1)]
-
-        async def complete(self, messages, **params):
-            return await self.lms[params.get("temperature", 0) >= 1].complete(messages, **params)
 
     task = sim.task(kinds=6, components=1)
 
     def session(budget):
         return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
-                                program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=ByTemperature(),
+                                program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
                                 budget=budget, seed=3, fewshot=0, storage=tmp_path / "s.sqlite", run="r")
 
-    with monkeypatch.context() as m:
-        for where in (config, proposers):  # the default before 2026-11-26
-            m.setattr(where, "REWRITE_TEMPERATURES", (0.0, 0.7, 1.0))
-        first = session(90)
+    session(90)
     with sqlite3.connect(tmp_path / "s.sqlite") as db:  # what such a run has: no defaults kept with it
         (seq, data), = db.execute("SELECT seq, data FROM events WHERE run = 'r' AND kind = 'start'")
         db.execute("UPDATE events SET data = ? WHERE seq = ?",
                    (json.dumps({k: v for k, v in json.loads(data).items() if k != "defaults"}), seq))
-    with pytest.warns(RuntimeWarning, match="did not retrace its stored path"):
+    with pytest.raises(ConfigError, match=r"run 'r' was stored by an earlier gepetto \(run format 1"):
         session(180)
-    [diverged] = RunStore(tmp_path / "s.sqlite").events("r", "diverged")
-    assert 0 < diverged["data"]["left_behind"] < first.rollouts_used == diverged["data"]["stored_rollouts"]

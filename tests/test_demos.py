@@ -12,6 +12,7 @@ import pytest
 import gepetto
 from gepetto.api import build_engine
 from gepetto.engine import demos
+from gepetto.engine.proposers import FewShot
 from gepetto.lm.base import Completion
 from gepetto.program import Rollout, TraceEntry, single_instruction
 from gepetto.testing import ScriptedLM
@@ -164,7 +165,7 @@ def _run(*, val=None, **options):
                             name="reflect")
     engine = build_engine({"instruction": "Classify the message. Reply with the label only."}, train, _metric,
                           valset=val, program=single_instruction(), task_lm=_task_lm(), reflection_lm=reflection,
-                          budget=300, use_merge=False, seed=0, **options)
+                          budget=300, merge="off", seed=0, **options)
     return asyncio.run(engine.run()), reflection
 
 
@@ -219,7 +220,8 @@ def test_without_a_separate_valset_no_demonstration_is_proposed_and_a_warning_sa
 def test_demonstrations_are_on_by_default_where_a_valset_is_apart():
     from gepetto.config import FEWSHOT, EngineConfig
 
-    assert EngineConfig().fewshot is None and EngineConfig().demonstrations == FEWSHOT == 4
+    assert EngineConfig().fewshot == "fewshot" and EngineConfig().fewshot_k is None
+    assert EngineConfig().demonstrations == FEWSHOT == 4
     assert EngineConfig(fewshot=0).demonstrations == 0
     result, _ = _run(proposer="rewrite")
     assert any(c.origin == "demo" for c in result.candidates) and result.best_score >= 0.875
@@ -240,7 +242,7 @@ def test_by_default_a_run_without_a_valset_apart_is_one_without_demonstrations_a
 
 
 def test_at_the_budgets_tail_a_last_proposal_is_made_without_a_demonstration():
-    # a demonstration's test (minibatch + gate_solved examples) no longer fits: the last proposal is tested on its
+    # a demonstration's test (minibatch + its gate_solved examples) no longer fits: the last proposal is tested on its
     # minibatch, so the budget is spent as it would be without few-shot
     from gepetto.events import ProposalTested
     from gepetto.testing import sim
@@ -250,7 +252,7 @@ def test_at_the_budgets_tail_a_last_proposal_is_made_without_a_demonstration():
     def run(**options):
         return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                                 program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
-                                budget=30, seed=0, use_merge=False, **options)
+                                budget=30, seed=0, merge="off", **options)
 
     result, off = run(callbacks=seen.append), run(fewshot=0)
     assert result.rollouts_used == off.rollouts_used == 30
@@ -291,7 +293,7 @@ def test_a_rewrite_keeps_the_demonstrations_and_is_no_echo_of_them(fewshot):
     engine = build_engine({"instruction": seed}, train, _metric, valset=_examples("v", 8),
                           program=single_instruction(), reflection_lm=reflection, budget=40,
                           task_lm=ScriptedLM(lambda m, p: Completion("other", finish_reason="stop")),  # all wrong
-                          use_merge=False, seed=0, fewshot=fewshot, fewshot_share=0.0, callbacks=seen.append)
+                          merge="off", seed=0, fewshot=f"fewshot(k={fewshot}, share=0.0)", callbacks=seen.append)
     result = asyncio.run(engine.run())
     answers = [e for e in seen if isinstance(e, ReflectionAnswered)]
     assert answers
@@ -306,17 +308,25 @@ def test_a_rewrite_keeps_the_demonstrations_and_is_no_echo_of_them(fewshot):
 
 def test_a_proposer_of_ones_own_gets_demonstrations_beside_it():
     from gepetto.config import EngineConfig
-    from gepetto.engine.proposers import FewShot
+    from gepetto.engine.proposers import Proposer
     from gepetto.engine.strategies import resolve
 
-    class Mine:
+    class Mine(Proposer):
         async def propose(self, request):
             return None
 
     mine = Mine()
     assert resolve("proposer", mine, EngineConfig()) is mine  # by default only the built-ins get demonstrations
+    assert resolve("proposer", mine, EngineConfig(fewshot="fewshot(share=0.3)")) is mine  # (k not set)
     wrapped = resolve("proposer", mine, EngineConfig(fewshot=2))
-    assert isinstance(wrapped, FewShot) and wrapped.inner is mine
+    assert isinstance(wrapped, FewShot) and wrapped.inner is mine and wrapped.test_size == 3 + 3
+
+    class Duck:  # no base class: it only proposes, and gets the base's defaults
+        async def propose(self, request):
+            return None
+
+    duck = resolve("proposer", Duck(), EngineConfig())
+    assert isinstance(duck, Proposer) and duck.test_size is None and not duck.fits_test_room
 
 
 def test_realtrack_names_a_fewshot_run_apart():
@@ -331,7 +341,7 @@ def test_realtrack_names_a_fewshot_run_apart():
     assert run_name("demo", "edit", 1, fewshot=4, suffix="v6fs") == "rt-demo-edit-s1-v6fs"  # as before the tag
 
 
-# ---- adaptive_fewshot: the share learnt from how each kind of proposal fared ----------------------------
+# ---- FewShot(adaptive=True): the share learnt from how each kind of proposal fared ----------------------------
 def test_the_demo_share_starts_at_the_given_share_and_follows_the_tests():
     from gepetto.engine.proposers import demo_share
 
@@ -352,12 +362,12 @@ def _demo_tests(task_lm, *, adaptive):
                             name="reflect")
     engine = build_engine({"instruction": "Classify the message. Reply with the label only."}, _examples("t", 32),
                           _metric, valset=_examples("v", 16), program=single_instruction(), task_lm=task_lm,
-                          reflection_lm=reflection, budget=300, use_merge=False, seed=0, fewshot=4,
-                          adaptive_fewshot=adaptive, callbacks=seen.append)
+                          reflection_lm=reflection, budget=300, merge="off", seed=0,
+                          fewshot=FewShot(k=4, adaptive=adaptive), callbacks=seen.append)
     result = asyncio.run(engine.run())
     return result, [e for e in seen if isinstance(e, ProposalTested) and e.origin == "demo"]
 
 
-def test_adaptive_fewshot_keeps_demonstrations_where_they_help():
+def test_the_learnt_share_keeps_demonstrations_where_they_help():
     result, shown = _demo_tests(_task_lm(), adaptive=True)  # only demonstrations help this task LM
     assert any(e.accepted for e in shown) and result.best_score >= 0.875

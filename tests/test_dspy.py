@@ -253,10 +253,10 @@ def test_clear_errors_for_bad_inputs():
         with pytest.raises(gepetto.ConfigError, match="sets these itself"):  # DSPy's LM has its own parameters
             gdspy.optimize(ex.CityCountry(), train, ex.metric, reflection_lm=ScriptedLM([]),
                            task_lm_params={"temperature": 0.5})
-        # the keywords of gepetto.optimize are checked as there: an old one names its replacement
+        # the keywords of gepetto.optimize are checked as there: a misspelt one names the closest
         with pytest.raises(gepetto.ConfigError, match="did you mean 'callbacks'"):
             gdspy.optimize(ex.CityCountry(), train, ex.metric, reflection_lm=ScriptedLM([]),
-                           on_event=lambda kind, data: None)
+                           callback=lambda event: None)
         with pytest.raises(gepetto.ConfigError, match="minibatch_size"):
             gdspy.optimize(ex.CityCountry(), train, ex.metric, reflection_lm=ScriptedLM([]), minibatch=3)
 
@@ -265,10 +265,10 @@ def test_callbacks_get_typed_events_and_config_sets_the_options():
     """callbacks= and config= as in gepetto.optimize: typed events in order; an EngineConfig's options, with a
     keyword given winning over it."""
     seen: list[ev.Event] = []
-    config = EngineConfig(budget=30, seed=3, use_merge=False, max_concurrency=2)
+    config = EngineConfig(budget=30, seed=3, merge="off", max_concurrency=2)
     _, result = _optimize(callbacks=seen.append, config=config, budget=None)
     assert result.budget == 30 and result.rollouts_used <= 30
-    assert not any(isinstance(e, ev.MergeTested) for e in seen)  # use_merge=False, from the config
+    assert not any(isinstance(e, ev.MergeTested) for e in seen)  # merge="off", from the config
     assert isinstance(seen[0], ev.PlanMade) and isinstance(seen[-1], ev.RunEnded)
     assert seen[-1].result.stop_reason is result.stop_reason
     rollouts = [e for e in seen if isinstance(e, ev.RolloutFinished)]

@@ -46,7 +46,7 @@ def test_a_real_two_predictor_program_gets_new_instructions(smollm2_url):
     lm = ex.smollm2_lm(smollm2_url)
     with dspy.context(lm=lm, adapter=ex.PlainAdapter()):
         optimized, result = gdspy.optimize(program, examples, ex.metric, reflection_lm=reflection, budget=6,
-                                           minibatch_size=2, max_concurrency=2, use_merge=False)
+                                           minibatch_size=2, max_concurrency=2, merge="off")
         print(result.summary())
         assert result.best_score > result.seed_score, result.summary()
         assert _instructions(program) == seed  # the module given is untouched
@@ -61,3 +61,27 @@ def test_a_real_two_predictor_program_gets_new_instructions(smollm2_url):
         # the optimised module sends its new instructions to the model
         optimized.extract(message=data[1].message)
     assert lm.history[-1]["messages"][0] == {"role": "system", "content": new["extract"]}
+
+
+def test_the_dspy_gepa_shaped_optimizer_on_a_real_model(smollm2_url):
+    """`GEPA(...).compile(...)` as a DSPy user calls dspy.GEPA: SmolLM2 through DSPy as the task LM, and a
+    `dspy.LM` (scripted engine) as the reflection LM."""
+    data = ex.dataset()
+    examples = [data[1], data[6]]
+    program = ex.CityCountry()
+    seed = _instructions(program)
+    reflection = ex.scripted_dspy_reflection_lm()
+    optimizer = gdspy.GEPA(metric=ex.metric, max_metric_calls=6, reflection_lm=reflection, track_stats=True,
+                           reflection_minibatch_size=2, num_threads=2, use_merge=False)
+    with dspy.context(lm=ex.smollm2_lm(smollm2_url), adapter=ex.PlainAdapter()):
+        optimized = optimizer.compile(program, trainset=examples)
+    result = optimized.detailed_results.result
+    print(result.summary())
+    assert result.best_score > result.seed_score, result.summary()
+    assert _instructions(program) == seed
+    assert _instructions(optimized)["extract"] == f"{seed['extract']}\n{ex.EXTRACT_RULE}"
+    # reflection (through DSPy) was shown SmolLM2's own answers with the metric's feedback
+    prompt = reflection.history[0]["messages"][-1]["content"]
+    assert "[Input]\nmessage: " in prompt and "[Assistant's answer]\ncity: " in prompt
+    d = optimized.detailed_results
+    assert d.val_aggregate_scores[d.best_idx] == result.best_score and d.total_metric_calls <= 6

@@ -7,6 +7,7 @@ import pytest
 
 from gepetto.api import build_engine
 from gepetto.engine import edits
+from gepetto.engine.proposers import Edit
 from gepetto.events import Outcome
 from gepetto.program import Rollout, TraceEntry
 from gepetto.testing import ScriptedLM, sim
@@ -30,9 +31,11 @@ def test_choose_focus_weights_patterns_and_skips_exhausted_ones():
     assert edits.choose_focus(evidence, 1.0, exhausted, random.Random(0)) is None
 
 
-def test_pattern_falls_back_to_the_feedbacks_first_sentence():
+def test_pattern_falls_back_to_the_feedback_with_the_examples_particulars_masked():
     r = Rollout("e", Score(0.0, "Expected 12. Note: a dozen is 12."), "6")
-    assert edits.pattern_of(r) == "Expected 12."
+    assert edits.pattern_of(r) == "Expected N. Note: a dozen is N."
+    other = Rollout("f", Score(0.0, "Expected 250. Note: a dozen is 12."), "25")
+    assert edits.pattern_of(other) == edits.pattern_of(r)  # one kind of failure, one pattern
 
 
 def test_contrast_prefers_solved_cases_with_the_wrongly_given_answer():
@@ -53,26 +56,26 @@ def test_gate_batch_has_failures_and_solved_cases():
 @pytest.mark.parametrize(
     ("raw", "finish", "why"),
     [
-        ("<rule>If the message asks what is owed on a bill, answer bill_balance.</rule>", "stop", ""),
-        ("Rule: If the message asks what is owed on a bill, answer bill_balance.", "stop", ""),
-        ("<rule></rule>", "stop", "empty"),
-        ("<rule>Reply with only the intent name.</rule>", "stop", "unchanged"),
-        ("<rule>Certainly! Please provide the messages.</rule>", "stop", "chat reply"),
+        ("<rule>If the message asks what is owed on a bill, answer bill_balance.</rule>", "stop", None),
+        ("Rule: If the message asks what is owed on a bill, answer bill_balance.", "stop", None),
+        ("<rule></rule>", "stop", Outcome.EMPTY),
+        ("<rule>Reply with only the intent name.</rule>", "stop", Outcome.UNCHANGED),
+        ("<rule>Certainly! Please provide the messages.</rule>", "stop", Outcome.CHAT_REPLY),
         ("<rule>Use [... 286 characters cut ...] carefully when answering.</rule>", "stop",
-         "copies our prompt markers"),
-        ("<rule>See Example 2 and answer like the feedback says.</rule>", "stop", "copies our prompt markers"),
+         Outcome.SCAFFOLDING),
+        ("<rule>See Example 2 and answer like the feedback says.</rule>", "stop", Outcome.SCAFFOLDING),
         ("<rule>how much do i still owe on my electricity bill this month please</rule>", "stop",
-         "echoes the examples"),
-        ("<rule>If the message asks what is owed on a bill, answer bill_balance. Also when the", "length", ""),
-        ("<rule>If the message asks what is owed on a bill and the", "length", "truncated"),
+         Outcome.ECHO),
+        ("<rule>If the message asks what is owed on a bill, answer bill_balance. Also when the", "length", None),
+        ("<rule>If the message asks what is owed on a bill and the", "length", Outcome.TRUNCATED),
     ],
 )
 def test_vet_rule(raw, finish, why):
     shown = [edits.Shown("how much do i still owe on my electricity bill this month please", "balance",
                          "Wrong intent.", 0.0)]
     rule, got = edits.vet_rule(raw, finish, "Classify the message. Reply with only the intent name.", shown)
-    assert got == why, rule
-    if not why:
+    assert got is why, rule
+    if why is None:
         assert "bill_balance" in rule and not edits.has_scaffolding(rule)
 
 
@@ -92,8 +95,8 @@ def test_a_rule_quoting_the_failure_pattern_is_refused(rule, copied):
                else "answered apr, expected out_of_scope")
     assert edits.copies_pattern(rule, pattern) is copied
     _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", "Classify.", [], pattern)
-    assert why == ("copies our prompt markers" if copied else "")
-    assert "label" in edits.retry_hint("copies our prompt markers", pattern)
+    assert why is (Outcome.SCAFFOLDING if copied else None)
+    assert "label" in edits.retry_hint(Outcome.SCAFFOLDING, pattern)
 
 
 def test_prompt_shows_the_mistake_contrast_and_tried_rules():
@@ -120,7 +123,7 @@ def test_edit_proposer_reaches_the_optimum_within_budget():
     task = sim.task(n_train=16, n_val=8, kinds=4)
     result = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                           program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(_rule_writer),
-                          budget=300, proposer="edit", use_merge=False).run
+                          budget=300, proposer="edit", merge="off").run
     import asyncio
 
     res = asyncio.run(result())
@@ -150,7 +153,7 @@ def test_gate_rejects_a_rule_that_breaks_solved_cases():
 
     engine = build_engine(seed, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=Fragile(), reflection_lm=ScriptedLM(lambda m, p: next(rules)), budget=80,
-                          proposer="edit", use_merge=False, reflection_attempts=1)
+                          proposer="edit", merge="off", reflection_attempts=1)
     res = asyncio.run(engine.run())
     assert res.proposals.get("rejected: not better on minibatch", 0) >= 1
     assert res.proposals.get("accepted", 0) == 0 and len(res.candidates) == 1
@@ -178,7 +181,7 @@ def test_a_repeated_rule_costs_a_retry_not_the_proposal():
 
     def writer(messages, params):
         last = messages[-1]["content"]
-        if "already tried" in last:  # the retry hint: now write the rule the feedback asks for
+        if "That rule was already tried" in last:  # the retry hint: now write the rule the feedback asks for
             answers.append("new")
             return _rule_writer(messages[:2], params)
         answers.append("repeat")
@@ -186,11 +189,11 @@ def test_a_repeated_rule_costs_a_retry_not_the_proposal():
 
     engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(writer), budget=120, proposer="edit",
-                          use_merge=False)
+                          merge="off")
     res = asyncio.run(engine.run())
     assert res.proposals.get("rejected: already tried", 0) >= 1
     assert "new" in answers and res.best_score > res.seed_score
-    assert edits.retry_hint("already tried", "p").startswith("That rule was already tried")
+    assert edits.retry_hint(Outcome.ALREADY_TRIED, "p").startswith("That rule was already tried")
 
 
 @pytest.mark.parametrize(
@@ -213,12 +216,11 @@ def test_a_repeated_rule_costs_a_retry_not_the_proposal():
 def test_a_rule_must_name_the_right_answer_when_the_pattern_states_it(rule, pattern, names):
     _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", CREDIT, [], pattern)
     if "instead of" in rule:  # it names the right answer, worded for the wrong one: refused for that
-        assert why == "describes another answer"
+        assert why is Outcome.DESCRIBES_OTHER
         return
-    assert why == ("" if names else "misses the right answer")
-    if not names:
+    assert why is (None if names else Outcome.MISSES_ANSWER)
+    if why is not None:
         assert edits.expected_answer(pattern) in edits.retry_hint(why, pattern)
-        assert Outcome.rejected(why) is Outcome.MISSES_ANSWER
 
 
 def test_expected_answer_follows_the_intents_pattern():
@@ -282,7 +284,7 @@ def test_the_gate_keeps_solved_cases_of_both_answers_in_turn():
 
 
 def test_several_rules_per_proposal_share_one_validation():
-    """edit_rules=3: each proposal asks for rules for three different patterns; the child carries them all and is
+    """edit(rules=3): each proposal asks for rules for three different patterns; the child carries them all and is
     tested on failures of each, so the optimum needs fewer validated children than one rule at a time."""
     import asyncio
 
@@ -292,7 +294,7 @@ def test_several_rules_per_proposal_share_one_validation():
     def run(k):
         engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                               program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(_rule_writer),
-                              budget=300, proposer="edit", use_merge=False, edit_rules=k,
+                              budget=300, proposer=f"edit(rules={k})", merge="off",
                               callbacks=[lambda e: tested.append((k, e)) if type(e).__name__ == "ProposalTested"
                                          else None])
         return asyncio.run(engine.run())
@@ -300,7 +302,7 @@ def test_several_rules_per_proposal_share_one_validation():
     one, three = run(1), run(3)
     assert one.best_score == three.best_score == 1.0
     assert len(three.candidates) < len(one.candidates)
-    multi = [e for k, e in tested if k == 3 and e.rule and e.rule.count("\n") >= 1]
+    multi = [e for k, e in tested if k == 3 and e.origin != "demo" and e.rule and e.rule.count("\n") >= 1]
     assert multi and all(len(set(e.pattern.split("; "))) == e.rule.count("\n") + 1 for e in multi)
     assert max(len(re.findall(r"^- Apply", e.text, re.M)) for e in multi) >= 2  # several rules in one child
 
@@ -323,7 +325,7 @@ def test_a_pattern_no_usable_rule_came_for_is_not_asked_again_on_that_parent():
 
     engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(writer), budget=300, proposer="edit",
-                          use_merge=False)
+                          merge="off")
     res = asyncio.run(engine.run())
     assert asked and len(asked) == len(set(asked))  # each (parent, pattern) asked once, never again
     assert res.proposals.get("rejected: empty", 0) == len(asked) * 3  # its three attempts, no more
@@ -356,7 +358,7 @@ CREDIT = ("Classify the customer's message into one of these credit cards intent
         ("If the input asks how long food stays good, not the cooking time, answer food_last.",
          "answered cook_time, expected food_last", KITCHEN, ""),  # a negated clause is no description
         ("If the input asks for a restaurant suggestion or confirms a reservation, answer restaurant_suggestion.",
-         "answered recipe, expected restaurant_suggestion", KITCHEN, ""),  # as many words of each: kept
+         "answered recipe, expected restaurant_suggestion", KITCHEN, ""),  # as many words of each (but see below)
         ("If the input does not match any of the credit card intents, answer out_of_scope.",
          "answered credit_limit, expected out_of_scope", CREDIT, ""),  # "credit" is the whole task's word
         ("If the customer asks about increasing the limit on the card, answer credit_limit_change.",
@@ -371,9 +373,12 @@ def test_a_rule_worded_for_another_answer_is_refused(rule, pattern, current, oth
     others = [edits.wrong_answer(pattern), *edits.answers_named(current)]
     assert edits.describes_another(rule, edits.expected_answer(pattern), others, current) == other
     _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", current, [], pattern)
-    assert why == ("describes another answer" if other else "")
-    if other:
-        assert Outcome.rejected(why) is Outcome.DESCRIBES_OTHER
+    # a condition joined with "or" that is another answer's ("confirms a reservation") is refused on its own
+    split = any(edits.describes_another(part, edits.expected_answer(pattern), others, current)
+                for part in edits.alternatives(rule))
+    assert other or split == ("confirms a reservation" in rule)
+    assert why is (Outcome.DESCRIBES_OTHER if other or split else None)
+    if why is not None and other:
         assert "not those of " + edits.expected_answer(pattern) in edits.retry_hint(why, pattern)
 
 
@@ -421,7 +426,7 @@ def _definition_writer(messages, params):
 
 
 def test_a_first_draft_writes_one_rule_per_right_answer_and_is_validated_once():
-    """definitions=n: the first proposal runs the seed on n training examples and drafts one rule per right answer
+    """edit(definitions=n): the first proposal runs the seed on n training examples and drafts one rule per right answer
     seen failing there, each written from inputs whose right answer it is; one child carries them all."""
     import asyncio
 
@@ -437,8 +442,8 @@ def test_a_first_draft_writes_one_rule_per_right_answer_and_is_validated_once():
     def run(definitions):
         tested.clear()
         engine = build_engine(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
-                              reflection_lm=ScriptedLM(_definition_writer), budget=60, proposer="edit",
-                              use_merge=False, definitions=definitions, callbacks=[on])
+                              reflection_lm=ScriptedLM(_definition_writer), budget=60,
+                              proposer=Edit(definitions=definitions), merge="off", callbacks=[on])
         return asyncio.run(engine.run())
 
     without = run(0)
@@ -464,7 +469,7 @@ def test_the_first_draft_goes_before_a_demonstration_and_only_once():
     tested = []
     engine = build_engine(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
                           reflection_lm=ScriptedLM(lambda m, p: "<rule>If it rains, answer beta.</rule>"),
-                          budget=120, proposer="edit", use_merge=False, definitions=20, fewshot=2, fewshot_share=1.0,
+                          budget=120, proposer="edit(definitions=20)", merge="off", fewshot="fewshot(k=2, share=1)",
                           callbacks=[lambda e: tested.append(e) if type(e).__name__ == "ProposalTested" else None])
     asyncio.run(engine.run())
     assert tested[0].pattern == "first draft of the rules"
@@ -489,8 +494,8 @@ def test_a_run_with_a_first_draft_resumes_to_the_uninterrupted_result(tmp_path):
 
     def run(storage, stop=None):
         return gepetto.optimize(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
-                                reflection_lm=ScriptedLM(writer), budget=120, seed=1, proposer="edit",
-                                definitions=12, fewshot=2, storage=storage, run="r", stop=stop)
+                                reflection_lm=ScriptedLM(writer), budget=120, seed=1, proposer="edit(definitions=12)",
+                                fewshot=2, storage=storage, run="r", stop=stop)
 
     whole = run(tmp_path / "whole.sqlite")
     assert whole.best_score == 1.0 and len(whole.candidates) >= 3  # the draft, then an edit for what it left out
@@ -523,7 +528,7 @@ def test_a_proposal_with_an_empty_test_is_validated_directly(test_on):
     ran: list[tuple[str, str]] = []
     engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(["unused"]), budget=40, proposer=Noop(),
-                          use_merge=False, callbacks=[lambda e: ran.append((e.candidate, e.example))
+                          merge="off", callbacks=[lambda e: ran.append((e.candidate, e.example))
                                                       if type(e).__name__ == "RolloutFinished" else None])
     res = asyncio.run(engine.run())
     direct = test_on == ()
@@ -553,9 +558,8 @@ def test_rounds_of_edit_proposals_do_not_hang_on_timing(definitions, seed):
 
         engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                               program=task.program, task_lm=sim.SimTaskLM(latency=latency),
-                              reflection_lm=ScriptedLM(writer), budget=300, proposer="edit", use_merge=False,
-                              proposals_per_round=4, max_concurrency=8, reflection_attempts=1,
-                              definitions=definitions, seed=seed)
+                              reflection_lm=ScriptedLM(writer), budget=300, proposer=Edit(definitions=definitions),
+                              merge="off", proposals_per_round=4, max_concurrency=8, reflection_attempts=1, seed=seed)
         res = asyncio.run(engine.run())
         return res, [c.candidate.id for c in res.candidates], dict(res.proposals)
 
@@ -563,3 +567,14 @@ def test_rounds_of_edit_proposals_do_not_hang_on_timing(definitions, seed):
     assert runs[0][1:] == runs[1][1:] == runs[2][1:]
     assert runs[0][0].rollouts_used == runs[1][0].rollouts_used == runs[2][0].rollouts_used
     assert runs[0][0].best_score > runs[0][0].seed_score
+
+
+def test_a_rule_that_sends_two_kinds_of_request_to_one_answer_is_refused():
+    rule = "If the customer asks about restaurant reviews or wants a restaurant suggestion, answer restaurant_reviews."
+    assert edits.alternatives(rule) == ["the customer asks about restaurant reviews", "wants a restaurant suggestion"]
+    _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", "Classify the message.", [], answer="restaurant_reviews",
+                            others=["restaurant_suggestion", "meal_suggestion"])
+    assert why is Outcome.DESCRIBES_OTHER
+    one = "If the customer asks what people say about a restaurant or how it is rated, answer restaurant_reviews."
+    assert edits.vet_rule(f"<rule>{one}</rule>", "stop", "Classify the message.", [], answer="restaurant_reviews",
+                          others=["restaurant_suggestion"])[1] is None

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import gepetto
 from gepetto import events as ev
-from gepetto.engine.pareto import ParetoArchive, best_index
+from gepetto.engine.pareto import ParetoArchive, best_index, evidence
 from gepetto.events import Outcome, StopReason
 from gepetto.lm.base import LMUnavailable
 from gepetto.report import render_report
@@ -74,11 +74,14 @@ def test_events_can_be_matched():
 def test_callbacks_is_a_keyword_only_argument_beside_the_config_and_on_event_is_gone():
     import inspect
 
+    from gepetto.api import RunOptions
+
     for fn in (gepetto.optimize, gepetto.optimize_async, gepetto.build_engine):
-        params = inspect.signature(fn).parameters
-        assert params["callbacks"].kind is inspect.Parameter.KEYWORD_ONLY and "on_event" not in params
+        params = inspect.signature(fn).parameters  # (the options are keywords only: **options)
+        assert list(params)[:3] == ["seed_candidate", "trainset", "metric"] and "on_event" not in params
+    assert "callbacks" in RunOptions.__annotations__ and "on_event" not in RunOptions.__annotations__
     assert "callbacks" not in gepetto.EngineConfig.model_fields  # a runtime object, not a stored option
-    with pytest.raises(gepetto.ConfigError, match=r"'on_event' \(did you mean 'callbacks'\?\)"):
+    with pytest.raises(gepetto.ConfigError, match=r"unknown option 'on_event'; accepted: .*callbacks"):
         _run(budget=60, on_event=print)
 
 
@@ -86,7 +89,7 @@ def test_each_event_kind_keeps_its_short_name():
     kinds = {cls.kind for cls in vars(ev).values()
              if isinstance(cls, type) and issubclass(cls, ev.Event) and cls is not ev.Event}
     assert kinds == {"plan", "phase", "rollout", "reflection", "reflection_error", "proposal", "merge", "candidate",
-                     "lm_unavailable", "iteration", "done", "cut"}
+                     "lm_unavailable", "iteration", "done", "cut", "route"}
 
 
 def test_secrets_are_redacted_before_a_callback_sees_them(monkeypatch):
@@ -125,7 +128,7 @@ def test_the_store_logs_proposals_as_before(tmp_path):
     store = RunStore(tmp_path / "s.sqlite")
     proposal = store.events("r", "proposal")[0]["data"]
     assert set(proposal) == {"session", "parent", "component", "text", "minibatch_before", "minibatch_after",
-                             "accepted"}
+                             "accepted", "proposal"}  # (proposal: which transcript it ends, tests/test_transcripts.py)
     assert "budget" in store.events("r", "plan")[0]["data"]["text"]
     done = store.events("r", "done")[0]["data"]
     assert done["stop_reason"] in {r.value for r in StopReason} and done["stop_message"]
@@ -134,32 +137,15 @@ def test_the_store_logs_proposals_as_before(tmp_path):
 # ---- stop reasons ---------------------------------------------------------------------------------------
 
 
-OLD_PROSE = {
-    "budget spent": StopReason.BUDGET_EXHAUSTED,
-    "budget: the next proposal could cost 34 rollouts, 32 left": StopReason.BUDGET_EXHAUSTED,
-    "target score 0.9 reached": StopReason.TARGET_REACHED,
-    "validation score is perfect": StopReason.PERFECT_SCORE,
-    "time limit": StopReason.TIME_LIMIT,
-    "no improvement for 20 iterations": StopReason.NO_IMPROVEMENT,
-    "stalled: 10 iterations in a row found nothing worth a rollout": StopReason.STALLED,
-    "stop file /tmp/STOP found": StopReason.STOP_FILE,
-    "interrupted (Ctrl-C)": StopReason.INTERRUPTED,
-    "interrupted (SIGTERM)": StopReason.SIGTERM,
-    "stop requested": StopReason.STOP_REQUESTED,
-    "LM unavailable: 5 LM calls in a row failed; LMUnavailable: x (everything paid so far is kept; ...)":
-        StopReason.LM_UNAVAILABLE,
-}
-
-
-@pytest.mark.parametrize("prose, reason", OLD_PROSE.items())
-def test_stop_reasons_stored_as_prose_before_are_read(prose, reason):
-    assert StopReason.parse(prose) is reason
+@pytest.mark.parametrize("reason", list(StopReason))
+def test_a_stored_stop_reason_is_read_by_its_value(reason):
     assert StopReason.parse(reason.value) is reason
 
 
 def test_unknown_or_missing_stop_reasons_are_none():
     assert StopReason.parse("(unfinished)") is None and StopReason.parse(None) is None
     assert StopReason.parse("something else") is None
+    assert StopReason.parse("no improvement for 20 iterations") is None  # a message for people is no reason
 
 
 def test_status_and_failure_come_from_the_enum():
@@ -174,27 +160,27 @@ def test_a_result_stores_the_reason_as_its_value_and_the_message_beside_it():
     assert json.loads(json.dumps(d))["stop_reason"] == "budget_exhausted"
 
 
-def _old_result(result: gepetto.Result, prose: str) -> dict:
-    """`result.to_dict()` as gepetto wrote it before stop reasons were typed."""
+def _prose_result(result: gepetto.Result, prose: str) -> dict:
+    """`result.to_dict()` with a message for people where the StopReason value belongs, and no message."""
     d = result.to_dict()
     d.pop("stop_message")
     d["stop_reason"] = prose
     return d
 
 
-def test_a_run_stored_by_an_older_version_still_opens(tmp_path):
+def test_a_run_stored_with_a_stop_message_for_a_reason_still_opens(tmp_path):
     store = RunStore(tmp_path / "runs.sqlite")
     store.create_run("old", {"task": "sim", "task_lm": "sim:task", "reflection_lm": "sim:reflection",
                              "budget": 60}, seed=0)
     result = _run(budget=60)
     for rec in result.candidates:
         store.put_candidate("old", rec)
-    store.finish_run("old", "interrupted", _old_result(result, "interrupted (SIGTERM)"))
+    store.finish_run("old", "interrupted", _prose_result(result, "interrupted (SIGTERM)"))
     snap = run_snapshot(store, "old")
-    assert snap["result"]["stop_reason"] == "sigterm" and snap["result"]["stop_message"] == "interrupted (SIGTERM)"
+    assert snap["result"]["stop_reason"] is None and snap["result"]["stop_message"] == "interrupted (SIGTERM)"
     assert snap["run"]["status"] == "interrupted"
     page = render_report(snap)
-    assert "interrupted (SIGTERM)" in page and "(sigterm)" in page
+    assert "interrupted (SIGTERM)" in page and "(sigterm)" not in page
     store.close()
     from gepetto.cli import app
 
@@ -219,14 +205,15 @@ def test_outcome_labels_are_the_labels_shown_before():
 
 
 def test_every_rejection_the_vetters_can_give_is_an_outcome():
-    # a reason without an Outcome would raise in the middle of a run: scan the vetters' return statements
+    # the vetters name their reasons as Outcome members (never a string made into one): scan their returns
     reflect = (SRC / "engine" / "reflect.py").read_text()
     edits = (SRC / "engine" / "edits.py").read_text()
-    reasons = set(re.findall(r'ReflectionProposal\([^,]+, "([^"]+)"', reflect))
-    reasons |= set(re.findall(r'return (?:rule|""), "([^"]+)"', edits))
-    assert {"truncated", "empty", "unchanged", "chat reply"} <= reasons
-    for why in reasons | {"already tried", "over the length budget"}:
-        assert Outcome.rejected(why).group == "rejected"
+    reasons = set(re.findall(r'ReflectionProposal\([^,]+, Outcome\.([A-Z_]+)', reflect))
+    reasons |= set(re.findall(r'return (?:rule|""), Outcome\.([A-Z_]+)', edits))
+    assert {"TRUNCATED", "EMPTY", "UNCHANGED", "CHAT_REPLY", "MISSES_ANSWER", "DESCRIBES_OTHER"} <= reasons
+    assert not re.search(r'ReflectionProposal\([^,]+, "|return (?:rule|""), "', reflect + edits)
+    for name in reasons:
+        assert Outcome[name].group == "rejected"
 
 
 def test_proposals_are_counted_by_outcome_and_still_looked_up_by_label():
@@ -260,7 +247,9 @@ def test_the_archive_uses_the_same_rule():
     rows = [[rng.choice([0.0, 0.5, 1.0]) for _ in range(4)] for _ in range(30)]
     for row in rows:
         archive.add(row)
-        assert archive.best() == best_index([sum(r) / 4 for r in rows[: archive._n]])
+        seen = rows[: archive._n]
+        as_stored = [{f"e{i}": x for i, x in enumerate(r)} for r in seen]
+        assert archive.best() == best_index([sum(r) / 4 for r in seen], evidence(as_stored))
 
 
 def test_engine_result_snapshot_and_report_agree_on_the_best(tmp_path):

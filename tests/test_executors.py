@@ -50,22 +50,25 @@ def test_executor_names_are_checked():
         optimize(executor="dask")
     with pytest.raises(ConfigError, match="executor: one of local, ray or an Executor object"):
         EngineConfig(executor=object())
-    with pytest.raises(TypeError, match="executor must be one of"):
+    with pytest.raises(TypeError, match="executor must be local, ray or an Executor object"):
         make_executor(object())
     with pytest.raises(ConfigError, match="executor"):
         load_config(task="sim", executor="dask")
-    cfg = load_config(task="sim", executor="ray", ray_address="auto")
-    assert (cfg.executor, cfg.engine_config().ray_address) == ("ray", "auto")
+    cfg = load_config(task="sim", executor="ray(address='auto')")
+    assert cfg.executor == cfg.engine_config().executor == "ray(address='auto')"
+    assert load_config(task="sim", executor={"ray": {"address": "auto"}}).executor == "ray(address='auto')"
+    with pytest.raises(ConfigError, match="ray: unknown parameter 'adress'"):
+        load_config(task="sim", executor="ray(adress='auto')")
     # a stored run names its executor: an object is an option of one process
     with pytest.raises(ConfigError, match="a stored run takes an executor by name"):
         RunConfig(executor=CountingExecutor())
 
 
-def test_executor_and_ray_address_are_config_fields_and_cli_options():
+def test_the_executor_is_a_config_field_and_a_cli_option():
     from typer.testing import CliRunner
 
     from gepetto.cli import app
 
-    assert {"executor", "ray_address"} <= set(EngineConfig.model_fields) <= set(RunConfig.model_fields)
+    assert "executor" in EngineConfig.model_fields and set(EngineConfig.model_fields) <= set(RunConfig.model_fields)
     shown = CliRunner().invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"}).output
-    assert "--executor" in shown and "--ray-address" in shown
+    assert "--executor" in shown and "ray(address=...)" in shown

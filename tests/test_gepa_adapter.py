@@ -111,7 +111,7 @@ def run_triage(adapter=None, reflection=None, **options):
     options.setdefault("component_descriptions", {"keywords": "a comma-separated list of words that mark a "
                                                               "support message as urgent"})
     result = gepa_adapter.optimize(adapter, SEED, DATA[:5], DATA[3:], reflection_lm=reflection,
-                                   budget=options.pop("budget", 80), seed=0, use_merge=False, **options)
+                                   budget=options.pop("budget", 80), seed=0, merge="off", **options)
     return result, adapter, reflection
 
 
@@ -239,7 +239,7 @@ def test_gepas_default_adapter_runs_on_gepettos_engine():
     data = [{"input": country, "additional_context": {}, "answer": capital} for country, capital in COUNTRIES]
     reflection = ScriptedLM(capital_reflection)
     result = gepa_adapter.optimize(adapter, {"system_prompt": "You are a helpful assistant."}, data[:3], data[3:],
-                                   reflection_lm=reflection, budget=30, use_merge=False)
+                                   reflection_lm=reflection, budget=30, merge="off")
     assert result.seed_score == 0.0 and result.best_score == 1.0, result.summary()
     assert "capital city" in result.best_candidate["system_prompt"]
     prompt = reflection.calls[0][0][1]["content"]

@@ -1,6 +1,9 @@
 """Modules where they belong: the LM backend table, the testing package, one version, the package's files."""
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,13 +60,132 @@ def test_a_registered_backend_works_wherever_an_lm_name_does(tmp_path):
 
 
 def test_the_simulated_lms_live_in_gepetto_testing():
-    from gepetto import sim as old_name
     from gepetto.testing import ScriptedLM, sim
 
-    assert old_name is sim  # the old import path is the same module
     assert isinstance(make_lm("sim:reflection?noise=0.2"), sim.SimReflectionLM)
     assert make_lm("sim:task?latency=0.5").name == "sim:task?latency=0.5"  # the name as written (cache keys)
     assert gepetto.ScriptedLM is ScriptedLM
+    assert not (SRC / "sim.py").exists()  # one place for them
+
+
+def test_import_gepetto_loads_no_test_double():
+    """`import gepetto` loads neither the test doubles nor the fault-injecting server; a `sim:` name loads them."""
+    code = ("import sys, gepetto; print(sorted(m for m in sys.modules if m.startswith('gepetto.testing'))); "
+            "gepetto.evaluate('Answer.', [{'q': 'question 1 kind 0'}], lambda e, o, t: 1.0, task_lm='sim:task'); "
+            "print('gepetto.testing.sim' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC.parent), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split("\n")[:2] == ["[]", "True"]
+
+
+# ---- layers: each module imports from its own layer and those below it, and no import cycle -------------------
+# Bottom first. A module belongs to the layer of the longest prefix naming it; `import gepetto` (the package) is on
+# top. Every import counts: at module level, inside a function, and under TYPE_CHECKING.
+LAYERS = [
+    # gepetto.store.db: the store's connection (SQLite or PostgreSQL), which the response cache (lm) shares
+    ("types", ["gepetto.types", "gepetto.secrets", "gepetto.ledger", "gepetto._install", "gepetto.store.db"]),
+    ("lm", ["gepetto.lm"]),
+    ("program", ["gepetto.program"]),
+    ("tasks and test doubles", ["gepetto.tasks", "gepetto.usertask", "gepetto.testing"]),
+    ("config", ["gepetto.specs", "gepetto.config", "gepetto.presets"]),
+    ("engine", ["gepetto.engine", "gepetto.events", "gepetto.strategies"]),
+    ("services", ["gepetto.store", "gepetto.report", "gepetto.progress", "gepetto.tracking",
+                  "gepetto.integrations.mlflow", "gepetto.integrations.ray"]),
+    ("assembly", ["gepetto.assembly"]),
+    ("runner", ["gepetto.runner"]),
+    ("api", ["gepetto.api", "gepetto.evaluation"]),
+    ("cli and adapters", ["gepetto.cli", "gepetto.check", "gepetto.integrations.dspy",
+                          "gepetto.integrations.gepa_adapter"]),
+    ("package", ["gepetto", "gepetto.integrations"]),
+]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def dependencies(name: str) -> set[str]:
+    """The gepetto modules `name` imports: `from P import m` of a module m is P.m; a dunder such as __version__
+    read from a package the module is in adds nothing (that package is loaded before the module)."""
+    path = MODULES[name]
+    deps: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            deps.update(a.name for a in node.names if a.name in MODULES)
+        elif isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                target = ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
+            if target not in MODULES:
+                continue
+            for alias in node.names:
+                if f"{target}.{alias.name}" in MODULES:
+                    deps.add(f"{target}.{alias.name}")
+                elif not (alias.name.startswith("__") and name.startswith(target + ".")):
+                    deps.add(target)
+    return deps - {name}
+
+
+def layer(name: str) -> int:
+    ranks = [(len(prefix), rank) for rank, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
+             if name == prefix or name.startswith(prefix + ".")]
+    return max(ranks)[1]
+
+
+def test_each_module_has_a_layer_and_the_order_is_the_design():
+    names = [title for title, _ in LAYERS]
+    order = ["cli and adapters", "api", "runner", "assembly", "engine", "program", "lm", "types"]
+    assert sorted(order, key=names.index, reverse=True) == order  # cli -> api -> runner -> ... -> types
+    unplaced = sorted(m for m in MODULES if LAYERS[layer(m)][0] == "package" and m not in LAYERS[-1][1])
+    assert not unplaced, f"put these modules in a layer of LAYERS: {unplaced}"
+
+
+def test_imports_go_down_the_layers():
+    upward = sorted(f"{m} ({LAYERS[layer(m)][0]}) imports {d} ({LAYERS[layer(d)][0]})"
+                    for m in MODULES for d in dependencies(m) if layer(d) > layer(m))
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycle():
+    graph = {m: dependencies(m) for m in MODULES}
+    cycles = []
+    # Tarjan's strongly connected components; a component of more than one module is a cycle
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for m in graph:
+        if m not in index:
+            visit(m)
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_config_imports_nothing_from_the_engine():
+    assert not {d for d in dependencies("gepetto.config") if layer(d) >= layer("gepetto.engine")}
 
 
 def test_one_version_and_the_package_files():

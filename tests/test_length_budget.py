@@ -12,7 +12,7 @@ LONG = "Answer the question. " + "Be careful and thorough in every single respec
 def _engine(reflection, **options):
     task = sim.task(n_train=16, n_val=8, kinds=3)
     return build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
-                        task_lm=sim.SimTaskLM(), reflection_lm=reflection, budget=60, use_merge=False, **options)
+                        task_lm=sim.SimTaskLM(), reflection_lm=reflection, budget=60, merge="off", **options)
 
 
 def test_an_over_long_rewrite_is_rejected_before_any_rollout_and_the_limit_is_told():

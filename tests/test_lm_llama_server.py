@@ -37,8 +37,9 @@ def llama_server(tmp_path_factory):
     port = _free_port()
     log = open(tmp_path_factory.mktemp("llama") / "server.log", "w+")  # noqa: SIM115 (a pipe would fill and block it)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1", "--port", str(port),
-         "--n_threads", "2", "--n_ctx", "2048", "--seed", "0"],
+        # (gepetto.lm.cpu: llama_cpp.server, with llama.cpp's fast paths only where they run on this CPU)
+        [sys.executable, "-m", "gepetto.lm.cpu", "serve", "--model", str(path), "--host", "127.0.0.1", "--port",
+         str(port), "--n_threads", "2", "--n_ctx", "2048", "--seed", "0"],
         stdout=log, stderr=subprocess.STDOUT, text=True,
     )
     url = f"http://127.0.0.1:{port}/v1"
@@ -97,5 +98,5 @@ def test_optimize_runs_against_the_server(llama_server) -> None:
     result = gepetto.optimize("Answer briefly.", examples[:2], metric, valset=examples[2:],
                               task_lm=f"openai:smollm2@{llama_server}", reflection_lm=f"openai:smollm2@{llama_server}",
                               budget=10, seed=0, task_lm_params={"temperature": 0.0, "max_tokens": 16},
-                              reflection_max_tokens=120)
+                              proposer="rewrite(max_tokens=120)")
     assert result.rollouts_used <= 10 and result.ledger.roles["task"].calls >= 2

@@ -1,7 +1,10 @@
-"""MLflow tracking (issue 14): a run logged to a local MLflow store, read back with MlflowClient."""
+"""MLflow tracking (issue 14): a run logged to a local MLflow store, read back with MlflowClient. The store is
+SQLite (`sqlite:///mlflow.db`), the local store MLflow 3 supports; its plain-directory store is in maintenance."""
 
 import json
+import os
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -18,14 +21,25 @@ mlflow = pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
 
 
+@pytest.fixture(scope="module")
+def tracking_uri(tmp_path_factory):
+    """One SQLite tracking store for the module: MLflow creates its tables once (seconds), not once per test."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    MlflowClient(tracking_uri=uri).search_experiments()
+    return uri
+
+
 @pytest.fixture
-def store(tmp_path, monkeypatch):
-    """A local MLflow file store, selected the way users do it: MLflow's own environment variables."""
-    uri = f"file:{tmp_path / 'mlruns'}"
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 asks for this to use a file store
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "gepetto-tests")
-    return MlflowClient(tracking_uri=uri)
+def store(tracking_uri, tmp_path, monkeypatch, request):
+    """The store selected the way users do it, MLflow's own environment variables, with an experiment of this
+    test's own (its artifacts in the test's directory)."""
+    experiment = f"gepetto-tests-{request.node.name}"
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", experiment)
+    client = MlflowClient(tracking_uri=tracking_uri)
+    client.create_experiment(experiment, artifact_location=(tmp_path / "artifacts").as_uri())
+    return client
 
 
 def optimize_sim(**options):
@@ -36,7 +50,7 @@ def optimize_sim(**options):
 
 
 def only_run(client):
-    exp = client.get_experiment_by_name("gepetto-tests")
+    exp = client.get_experiment_by_name(os.environ["MLFLOW_EXPERIMENT_NAME"])
     [run] = client.search_runs([exp.experiment_id])
     return run
 
@@ -187,13 +201,13 @@ def test_the_command_line_tracks_with_one_option(store, tmp_path, monkeypatch):
 
 
 def test_one_tracker_object_for_two_runs_logs_two_mlflow_runs(store):
-    tracker = MlflowTracker(experiment="gepetto-tests")
+    tracker = MlflowTracker(experiment=os.environ["MLFLOW_EXPERIMENT_NAME"])
     optimize_sim(tracking=tracker)
     task = sim.task()
     gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                      task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), budget=60, seed=1,
                      tracking=tracker)
-    exp = store.get_experiment_by_name("gepetto-tests")
+    exp = store.get_experiment_by_name(os.environ["MLFLOW_EXPERIMENT_NAME"])
     runs = store.search_runs([exp.experiment_id])
     assert len(runs) == 2 and all("best_score" in r.data.metrics for r in runs)
     assert {r.data.params["budget"] for r in runs} == {"120", "60"}
@@ -232,3 +246,32 @@ def test_the_stop_reason_decides_the_mlflow_status(store, stop, status):
     tracker.close()
     run = only_run(store)
     assert run.info.status == status and run.data.tags["gepetto.stop_reason"] == stop.value
+
+
+def test_the_documented_store_sqlite_mlflow_db_in_the_working_directory(tmp_path, monkeypatch):
+    """What docs/integrations.md tells users to type: MLFLOW_TRACKING_URI=sqlite:///mlflow.db, no experiment made
+    beforehand; the store and the artifacts land in the working directory, and `file:` is not needed."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "prompts")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a tracking problem is a warning: none here
+        result = optimize_sim(tracking="mlflow")
+    assert (tmp_path / "mlflow.db").is_file()
+    client = MlflowClient(tracking_uri="sqlite:///mlflow.db")
+    [run] = client.search_runs([client.get_experiment_by_name("prompts").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.metrics["best_score"] == result.best_score
+    report = client.download_artifacts(run.info.run_id, "report.html", str(tmp_path))
+    assert Path(report).read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert list((tmp_path / "mlruns").rglob("report.html"))  # MLflow's default artifact root, beside the store
+
+
+def test_mlflow_3s_refused_file_store_is_a_config_error_before_any_rollout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "file:./mlruns")
+    seen = []
+    with pytest.raises(gepetto.ConfigError, match=r"refuses its plain-directory store.*sqlite:///mlflow\.db"):
+        optimize_sim(tracking="mlflow", callbacks=seen.append)
+    assert not any(isinstance(e, ev.RolloutFinished) for e in seen)

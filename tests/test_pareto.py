@@ -67,7 +67,7 @@ def test_best_mean_that_wins_no_example_still_gets_a_vote():
     archive = build(scores)
     assert sorted(archive.front) == [0, 1, 2, 3]
     assert dict(zip(archive.front, archive.weights(), strict=True))[3] == 1
-    assert archive.best() == 3
+    assert archive.best() == 3  # (on 3 examples no gain could show evidence: the highest mean is the best)
 
 
 def test_sampling_is_proportional_to_wins():
@@ -81,3 +81,51 @@ def test_sampling_is_proportional_to_wins():
 def test_identical_candidates_share_the_front():
     archive = build(np.array([[0.5, 0.5], [0.5, 0.5], [0.2, 0.5]]))
     assert archive.front == [0, 1]
+
+
+# ---- the best on evidence ---------------------------------------------------------------------------------------
+def test_sign_test_is_the_binomial_tail():
+    from gepetto.engine.pareto import sign_test
+
+    assert sign_test(3, 0) == 0.125 and sign_test(0, 0) == 1.0
+    assert abs(sign_test(6, 4) - 386 / 1024) < 1e-12
+
+
+def test_a_gain_of_two_examples_out_of_thirty_does_not_make_the_best():
+    from gepetto.engine.pareto import best_index, evidence
+
+    seed = np.array([1.0] * 12 + [0.0] * 18)
+    lucky = seed.copy()
+    lucky[12:18] = 1.0  # wins 6
+    lucky[:4] = 0.0  # loses 4: +2 in all
+    clear = seed.copy()
+    clear[12:19] = 1.0  # wins 7, loses none
+    archive = build(np.array([seed, lucky]))
+    assert archive.evident == [True, False] and archive.best() == 0
+    archive.add(clear)
+    assert archive.best() == 2
+    # the stored-run view (cli, report, snapshot) agrees with the engine
+    rows = [{f"v{i}": float(x) for i, x in enumerate(r)} for r in (seed, lucky, clear)]
+    assert best_index([r.mean() for r in (seed, lucky, clear)], evidence(rows)) == 2
+
+
+@given(matrices(max_rows=8, max_cols=10))
+@settings(max_examples=300, deadline=None)
+def test_the_best_is_the_seed_or_beats_it_and_evidence_is_kept_by_dominance(scores):
+    from gepetto.engine.pareto import beats
+
+    archive = build(scores)
+    best = archive.best()
+    assert best == 0 or beats(scores[best], scores[0])
+    for i in range(len(scores)):  # a row that dominates an evident row is evident too (racing relies on it)
+        for j in range(1, len(scores)):
+            if archive.evident[j] and dominates(scores[i], scores[j]):
+                assert archive.evident[i]
+
+
+def test_on_a_handful_of_validation_examples_the_highest_mean_is_the_best():
+    from gepetto.engine.pareto import EVIDENCE_MIN, beats
+
+    seed, better = np.zeros(EVIDENCE_MIN - 1), np.zeros(EVIDENCE_MIN - 1)
+    better[0] = 1.0  # one example won: no sign test could show evidence on so few, so none is asked for
+    assert beats(better, seed) and build(np.array([seed, better])).best() == 1

@@ -95,3 +95,52 @@ def test_cli_show_prints_stored_text_literally(tmp_path) -> None:
         assert "r[bold]" in res.output
     shown = CliRunner().invoke(app, ["show", "r[bold]", "--storage", str(tmp_path / "runs.sqlite")]).output
     assert HOSTILE in shown and f"reflection LM {HOSTILE}" in shown
+
+
+def _library_run(**kw):
+    import gepetto
+    from gepetto.testing import sim
+
+    task = sim.task()
+    return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                            program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
+                            budget=40, **kw)
+
+
+def test_a_library_run_shows_the_cli_display_in_a_terminal(monkeypatch, capsys) -> None:
+    # issue 40: `python my_script.py` printed nothing until the run returned
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    result = _library_run()
+    err = capsys.readouterr().err
+    assert "budget 40 rollouts: seed validation 12" in err  # the plan, as the CLI prints it
+    assert "candidate 1 (reflection of 'instruction', parents [0]): validation" in err
+    assert result.rollouts_used > 12
+
+
+def test_no_display_without_a_terminal_or_with_progress_false(monkeypatch, capsys) -> None:
+    _library_run()  # stderr is not a terminal here (captured): scripts and logs stay clean
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    _library_run(progress=False)
+    assert capsys.readouterr().err == ""
+    _library_run(progress=True, callbacks=[ProgressDisplay(quiet=True)])  # asked for: shown beside one's own
+    assert "candidate 1 (reflection" in capsys.readouterr().err
+
+
+def test_a_display_among_the_callbacks_is_not_doubled(monkeypatch, capsys) -> None:
+    import gepetto
+
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    console, out = _console()
+    with gepetto.ProgressDisplay(console) as mine:  # exported from the package
+        _library_run(callbacks=[mine])
+    assert "candidate 1 (reflection" in out.getvalue()
+    assert capsys.readouterr().err == ""  # the default display stood aside for the user's own
+
+
+def test_nothing_is_shown_before_the_run_has_a_plan() -> None:
+    # a run refused while it loads (a config or task error) leaves no empty progress bar above its error
+    console, out = _console()
+    with ProgressDisplay(console):
+        pass
+    assert out.getvalue() == ""

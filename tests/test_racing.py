@@ -1,4 +1,4 @@
-"""Racing validation (EngineConfig.racing): a child whose validation proves it out is cut, and the cut is exact:
+"""Racing validation (`validation="racing(...)"`): a child whose validation proves it out is cut, and the cut is exact:
 the run keeps the same Pareto front and best candidate as with full validation, for fewer rollouts."""
 
 import itertools
@@ -16,6 +16,7 @@ from gepetto.cli import app
 from gepetto.config import ConfigError, EngineConfig
 from gepetto.engine import racing
 from gepetto.engine.pareto import ParetoArchive
+from gepetto.engine.racing import Racing
 from gepetto.events import Outcome
 from gepetto.progress import ProgressDisplay
 from gepetto.report.html import render_report
@@ -152,12 +153,12 @@ TASK = sim.task(n_train=24, n_val=30, kinds=6, components=2)
 
 # (fewshot=0 here: the counts and cuts below are of paths without demonstrations; racing with the default
 # few-shot resumes exactly: tests/test_strategies.py)
-def _run(racing_on, seed=2, iterations=40, **options):
+def _run(validation, seed=2, iterations=40, **options):
     events = []
     result = gepetto.optimize(
         TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
         task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=seed, forget=True, max_rules=2),
-        budget=100_000, seed=seed, racing=racing_on, max_idle_iterations=1000, callbacks=events.append,
+        budget=100_000, seed=seed, validation=validation, max_idle_iterations=1000, callbacks=events.append,
         stop=lambda s: s.iteration >= iterations, **{"fewshot": 0, **options})
     return result, events
 
@@ -168,8 +169,8 @@ def _front(result):
 
 @pytest.mark.parametrize("seed", [0, 2, 5])
 def test_racing_keeps_the_front_and_the_best_of_full_validation_for_fewer_rollouts(seed):
-    full, _ = _run(False, seed)
-    raced, events = _run(True, seed)
+    full, _ = _run("full", seed)
+    raced, events = _run("racing", seed)
     assert _front(raced) == _front(full)
     assert raced.best_candidate == full.best_candidate and raced.best_score == full.best_score
     assert raced.iterations == full.iterations and raced.history[-1][1] == full.history[-1][1]
@@ -194,13 +195,13 @@ def test_racing_keeps_the_front_and_the_best_of_full_validation_for_fewer_rollou
 
 
 def test_racing_with_several_proposals_per_round_is_exact_too():
-    full, _ = _run(False, 1, 30, proposals_per_round=3)
-    raced, _ = _run(True, 1, 30, proposals_per_round=3)
+    full, _ = _run("full", 1, 30, proposals_per_round=3)
+    raced, _ = _run("racing", 1, 30, proposals_per_round=3)
     assert raced.raced_out and _front(raced) == _front(full) and raced.best_candidate == full.best_candidate
 
 
 def test_a_cut_is_only_proved_by_a_member_of_the_front():
-    _, events = _run(True, 2)
+    _, events = _run("racing", 2)
     cuts = [e for e in events if isinstance(e, ev.ValidationCut)]
     assert cuts
     for cut in cuts:
@@ -210,8 +211,8 @@ def test_a_cut_is_only_proved_by_a_member_of_the_front():
 
 
 def test_a_confidence_cuts_more_children_for_fewer_rollouts_and_never_adds_an_unvalidated_one():
-    exact, _ = _run(True, 5)
-    bold, events = _run(True, 5, racing_confidence=0.9)
+    exact, _ = _run("racing", 5)
+    bold, events = _run(Racing(confidence=0.9), 5)
     cuts = [e for e in events if isinstance(e, ev.ValidationCut)]
     by_test = [c for c in cuts if "sign test" in c.reason]
     assert by_test and all(c.evaluated < c.total for c in by_test)
@@ -235,7 +236,7 @@ def test_a_race_with_a_confidence_resumes_exactly(tmp_path):
         return gepetto.optimize(
             TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
             task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2, forget=True, max_rules=2),
-            budget=400, seed=2, racing=True, racing_chunk=2, racing_confidence=0.9, storage=storage, run="r", fewshot=0,
+            budget=400, seed=2, validation="racing(chunk=2, confidence=0.9)", storage=storage, run="r", fewshot=0,
             stop=stop)
 
     whole = run(tmp_path / "whole.sqlite")
@@ -251,20 +252,20 @@ def test_racing_never_spends_more_than_the_budget():
         result = gepetto.optimize(
             TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
             task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2, forget=True, max_rules=2),
-            budget=budget, seed=2, racing=True, racing_chunk=1, proposals_per_round=2)
+            budget=budget, seed=2, validation=Racing(chunk=1), proposals_per_round=2)
         assert result.rollouts_used <= budget
 
 
-def _budgeted(budget, racing_on, **options):
+def _budgeted(budget, validation, **options):
     return gepetto.optimize(
         TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
         task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2, forget=True, max_rules=2),
-        budget=budget, seed=2, racing=racing_on, **{"fewshot": 0, **options})
+        budget=budget, seed=2, validation=validation, **{"fewshot": 0, **options})
 
 
 @pytest.mark.parametrize("budget", [120, 200, 333])
 def test_racing_spends_the_tail_of_the_budget_and_leaves_the_last_child_partial(budget):
-    plain, raced = _budgeted(budget, False), _budgeted(budget, True)
+    plain, raced = _budgeted(budget, "full"), _budgeted(budget, "racing")
     n = len(TASK.valset)
     assert budget - plain.rollouts_used >= 5  # without racing, a whole validation must fit: the tail is left
     assert "could cost" in plain.stop_message
@@ -277,7 +278,7 @@ def test_racing_spends_the_tail_of_the_budget_and_leaves_the_last_child_partial(
 
 def test_a_tail_child_left_partial_is_finished_by_a_resume_with_a_larger_budget(tmp_path):
     def run(storage, budget):
-        return _budgeted(budget, True, racing_chunk=2, storage=storage, run="r")
+        return _budgeted(budget, "racing(chunk=2)", storage=storage, run="r")
 
     whole = run(tmp_path / "whole.sqlite", 500)
     storage = tmp_path / "s.sqlite"
@@ -289,34 +290,34 @@ def test_a_tail_child_left_partial_is_finished_by_a_resume_with_a_larger_budget(
 
 
 def test_the_default_is_off_and_the_chunk_is_checked():
-    assert EngineConfig().racing is False and EngineConfig().racing_chunk == 5
-    assert EngineConfig().racing_confidence is None
-    with pytest.raises(ConfigError, match="racing_chunk"):
-        EngineConfig(racing_chunk=0)
+    assert EngineConfig().validation == "full" and Racing() == Racing(chunk=5, confidence=None)
+    assert EngineConfig(validation=Racing(chunk=5)).validation == "racing"
+    with pytest.raises(ConfigError, match="racing: chunk=0"):
+        EngineConfig(validation="racing(chunk=0)")
     for bad in (0.5, 1.0, 2):
-        with pytest.raises(ConfigError, match="racing_confidence"):
-            EngineConfig(racing=True, racing_confidence=bad)
-    with pytest.raises(ConfigError, match="racing_confidence needs racing"):
-        EngineConfig(racing_confidence=0.9)
-    result, events = _run(False, 2, 10)
+        with pytest.raises(ConfigError, match="racing: confidence="):
+            Racing(confidence=bad)
+    with pytest.raises(ConfigError, match="full: unknown parameter 'confidence'; it takes none"):
+        EngineConfig(validation="full(confidence=0.9)")
+    result, events = _run("full", 2, 10)
     assert result.raced_out == [] and not any(isinstance(e, ev.ValidationCut) for e in events)
     assert result.to_dict()["raced_out"] == []
 
 
-def test_the_cli_takes_racing_as_a_flag():
+def test_the_cli_takes_racing_as_a_validation_spec():
     out = CliRunner().invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"})
-    assert "--racing" in out.output and "--no-racing" in out.output and "--racing-chunk" in out.output
-    assert "--racing-confidence" in out.output
+    assert "--validation" in out.output and "racing(chunk=5, confidence=null)" in out.output
 
 
 # ---- stored runs: resume, snapshot, report, progress -----------------------------------------------------------
 
 
 def _stored(storage, stop=None, callbacks=None):
+    # (a run whose path has two children raced out, at iterations 29 and 39)
     return gepetto.optimize(
         TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
         task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2, forget=True, max_rules=2),
-        budget=500, seed=2, racing=True, racing_chunk=2, storage=storage, run="r", stop=stop, callbacks=callbacks)
+        budget=500, seed=0, validation="racing(chunk=2)", storage=storage, run="r", stop=stop, callbacks=callbacks)
 
 
 def _fingerprint(result):

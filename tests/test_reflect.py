@@ -11,6 +11,7 @@ from gepetto.engine.reflect import (
     reflective_examples,
     vet,
 )
+from gepetto.events import Outcome
 from gepetto.program import Rollout, TraceEntry
 from gepetto.types import Example, Score
 
@@ -46,21 +47,21 @@ GOOD = ("You route customer messages to a team. Reply with exactly one word: acc
 @pytest.mark.parametrize(
     ("raw", "finish", "reason"),
     [
-        ("", "stop", "empty"),
-        ("<new_instruction></new_instruction>", "stop", "empty"),
-        (f"<new_instruction>{GOOD}", "length", "truncated"),
-        (f"<new_instruction>{CURRENT}</new_instruction>", "stop", "unchanged"),
-        (f"<new_instruction>{CURRENT.upper()}  </new_instruction>", "stop", "unchanged"),
-        ("Certainly! Please provide the inputs you would like me to classify.", "stop", "chat reply"),
+        ("", "stop", Outcome.EMPTY),
+        ("<new_instruction></new_instruction>", "stop", Outcome.EMPTY),
+        (f"<new_instruction>{GOOD}", "length", Outcome.TRUNCATED),
+        (f"<new_instruction>{CURRENT}</new_instruction>", "stop", Outcome.UNCHANGED),
+        (f"<new_instruction>{CURRENT.upper()}  </new_instruction>", "stop", Outcome.UNCHANGED),
+        ("Certainly! Please provide the inputs you would like me to classify.", "stop", Outcome.CHAT_REPLY),
         ("<new_instruction>Could you please provide more details about the task?</new_instruction>", "stop",
-         "chat reply"),
+         Outcome.CHAT_REPLY),
         ("<new_instruction>I was charged twice for the same order last Tuesday evening.</new_instruction>",
-         "stop", "echoes the examples"),
-        (f"<new_instruction>{GOOD}</new_instruction>", "stop", ""),
+         "stop", Outcome.ECHO),
+        (f"<new_instruction>{GOOD}</new_instruction>", "stop", None),
     ],
 )
 def test_vet(raw, finish, reason):
-    assert vet(raw, finish, CURRENT, EXAMPLES).rejected == reason
+    assert vet(raw, finish, CURRENT, EXAMPLES).rejected is reason
 
 
 def test_echo_fraction_is_low_for_a_real_instruction():
@@ -104,11 +105,11 @@ def test_reflection_sees_only_its_component_and_failures_first():
 def test_a_looping_answer_is_salvaged_when_cut_off():
     loop = "Reply with JSON. The item is the thing ordered. " + "The order should be extracted. " * 30
     proposal = vet(f"<new_instruction>{loop}", "length", CURRENT, EXAMPLES)
-    assert proposal.rejected == ""
+    assert proposal.rejected is None
     assert proposal.text.count("The order should be extracted.") == 1
     assert proposal.text.startswith("Reply with JSON.")
     assert vet("<new_instruction>A long instruction that was simply cut in the mid", "length", CURRENT,
-               EXAMPLES).rejected == "truncated"
+               EXAMPLES).rejected is Outcome.TRUNCATED
 
 
 def test_lessons_block_is_not_part_of_the_instruction():
@@ -123,10 +124,11 @@ def test_unchanged_retry_asks_to_apply_the_models_own_lessons():
 
     raw = f"Lessons:\n1. 'half a dozen' means 6\n- items are singular\n\n<new_instruction>{CURRENT}</new_instruction>"
     assert lessons(raw) == ["'half a dozen' means 6", "items are singular"]
-    msgs = retry_messages([{"role": "user", "content": "q"}], raw, "unchanged")
+    msgs = retry_messages([{"role": "user", "content": "q"}], raw, Outcome.UNCHANGED)
     assert msgs[-2]["role"] == "assistant"
     assert "- 'half a dozen' means 6" in msgs[-1]["content"] and "explicit rules" in msgs[-1]["content"]
-    assert retry_messages([{"role": "user", "content": "q"}], raw, "truncated") == [{"role": "user", "content": "q"}]
+    asked = [{"role": "user", "content": "q"}]
+    assert retry_messages(asked, raw, Outcome.TRUNCATED) == asked
 
 
 def test_prompt_cap_holds_with_many_examples_and_counts_the_current_text():
@@ -140,9 +142,9 @@ def test_prompt_cap_holds_with_many_examples_and_counts_the_current_text():
 
 def test_proposals_carrying_our_scaffolding_are_rejected():
     raw = "<new_instruction>Answer with one word.\n[... 286 characters cut ...]\nBe brief.</new_instruction>"
-    assert vet(raw, "stop", CURRENT, EXAMPLES).rejected == "copies our prompt markers"
+    assert vet(raw, "stop", CURRENT, EXAMPLES).rejected is Outcome.SCAFFOLDING
     # our tag's name without its brackets, as the demo's 1.5B reflection LM wrote once when asked to shorten
     raw = '<new_instruction>Reply with JSON. Use the "current_instruction" field for guidance.</new_instruction>'
-    assert vet(raw, "stop", CURRENT, EXAMPLES).rejected == "copies our prompt markers"
+    assert vet(raw, "stop", CURRENT, EXAMPLES).rejected is Outcome.SCAFFOLDING
     assert not vet("<new_instruction>Reply with JSON: the current instruction is yours.</new_instruction>", "stop",
                    CURRENT, EXAMPLES).rejected

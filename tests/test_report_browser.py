@@ -194,3 +194,58 @@ def test_screenshot_is_not_blank(tmp_path: Path) -> None:
     keep = os.environ.get("GEPETTO_REPORT_SCREENSHOT")  # to look at it: GEPETTO_REPORT_SCREENSHOT=/path.png
     if keep:
         shutil.copyfile(shot, keep)
+
+
+def _with_transcripts(snap: dict[str, Any]) -> dict[str, Any]:
+    """The hand-made snapshot with a test score and three proposals: accepted, refused (a hostile answer), not
+    better on its minibatch."""
+    prompt = [{"role": "system", "content": "You improve instructions."},
+              {"role": "user", "content": f"<current_instruction>\nAnswer.\n</current_instruction> {ALERT}"}]
+    snap = {**snap, "evaluations": {"test": {"split": "test", "examples": 20, "overlap": 0, "candidates": [
+        {"index": 0, "label": "seed", "mean": 0.25}, {"index": 3, "label": "best", "mean": 0.8}]}}}
+    snap["transcripts"] = [
+        {"proposal": "0.0", "parent": 0, "component": "instruction", "verdict": "accepted", "candidate": 1,
+         "candidate_mean": 0.375, "test": {"parent": 0, "component": "instruction", "text": "Cite the passage.",
+                                           "minibatch_before": 0.0, "minibatch_after": 2.0, "accepted": True},
+         "attempts": [{"attempt": 0, "messages": prompt, "answer": "<new_instruction>Cite.</new_instruction>",
+                       "rejected": None, "new_from": 0, "continues": False}]},
+        {"proposal": "0.1", "parent": 1, "component": "format", "verdict": "refused", "candidate": None, "test": None,
+         "attempts": [{"attempt": 0, "messages": prompt, "answer": f"Sure! {ALERT}", "rejected": "rejected: chat reply",
+                       "new_from": 0, "continues": False},
+                      {"attempt": 1, "messages": [*prompt, {"role": "assistant", "content": f"Sure! {ALERT}"},
+                                                  {"role": "user", "content": "That was a chat reply."}],
+                       "answer": "", "rejected": "rejected: empty", "new_from": 2, "continues": True}]},
+        {"proposal": "0.2", "parent": 1, "component": "instruction", "verdict": "not better on minibatch",
+         "candidate": None, "attempts": [], "test": {"parent": 1, "component": "instruction", "text": "x",
+                                                     "minibatch_before": 2.0, "minibatch_after": 1.0,
+                                                     "accepted": False, "origin": "demo"}},
+    ]
+    return snap
+
+
+def test_transcripts_open_from_the_url_and_their_text_stays_text(tmp_path: Path) -> None:
+    dom = _dump(tmp_path, _with_transcripts(hand_snapshot()), "#proposal=2")
+    body = _assert_clean(dom)
+    assert body.get("data-open-proposal") == "2"
+    assert re.search(r'<details class="tx v-refused" id="tx-2" open="">', dom)
+    assert not re.search(r'id="tx-1" open', dom)  # only the one asked for
+    two = dom[dom.index('id="tx-2"'):dom.index('id="tx-3"')]
+    assert "rejected: chat reply" in two and "rejected: empty" in two and "That was a chat reply." in two
+    assert len(re.findall(r'<details class="prompt" open="">', two)) == 1  # its prompt is opened too
+    assert "<script>alert" not in dom and "Sure! &lt;script&gt;alert(1)&lt;/script&gt;" in dom
+    assert "0.250 \u2192 0.800" in _text(dom)  # the test score in the header
+
+
+def test_compare_page_renders_in_the_browser(tmp_path: Path) -> None:
+    from gepetto.report.compare import render_compare
+
+    a, b = _with_transcripts(hand_snapshot()), sim_snapshot(budget=120)
+    page = render_compare([a, b])
+    dom = _dump(tmp_path, page=page)
+    assert "<body" in dom and dom.count('class="run-line"') == 2
+    assert "hand &lt;made&gt; run" in dom and "sim-run" in dom and "<script>alert" not in dom
+    shot = tmp_path / "compare.png"
+    (tmp_path / "compare.html").write_text(page, encoding="utf-8")
+    _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,1200", (tmp_path / "compare.html").as_uri())
+    width, _, distinct = _png_info(shot.read_bytes())
+    assert width == 1400 and distinct > 50

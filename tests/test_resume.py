@@ -90,9 +90,9 @@ def test_killed_in_every_phase_with_one_proposal_per_round_resumes_exactly(tmp_p
     _killed_everywhere(tmp_path, per_round=1)
 
 
-# racing (EngineConfig.racing): SIGKILLs in the middle of races (a few rollouts into a validation, right after a
+# racing validation: SIGKILLs in the middle of races (a few rollouts into a validation, right after a
 # cut was logged, inside a merge child's validation)
-RACING = {"racing": True, "racing_chunk": 1, "fewshot": 0}  # (the kill points are on a path without demonstrations)
+RACING = {"validation": "racing(chunk=1)", "fewshot": 0}  # (the kill points are on a path without demonstrations)
 RACING_KILLS = ["validation/reflection:2:2", "cut:1:0", "validation/merge:1:1", "validation/reflection:6:3",
                 "cut:2:0"]
 

@@ -23,7 +23,7 @@ from gepetto.engine import stopping
 from gepetto.engine.pareto import best_index
 from gepetto.engine.proposers import Proposal, ProposalRequest
 from gepetto.engine.state import CandidateRecord, RunState
-from gepetto.engine.strategies import CurrentBest, EpsilonGreedy, Paired, Pareto, retest_examples, strict
+from gepetto.engine.strategies import Acceptance, CurrentBest, EpsilonGreedy, Paired, Pareto, Strict, retest_examples
 from gepetto.events import CandidateAdded, PhaseStarted, PlanMade, ProposalTested, RolloutFinished, Stop, StopReason
 from gepetto.lm.base import Completion, Usage
 from gepetto.store.snapshot import run_snapshot
@@ -32,7 +32,7 @@ from gepetto.testing import ScriptedLM, sim
 from gepetto.types import Candidate, Example, Score
 
 KILL = Path(__file__).parent / "helpers" / "kill_run.py"
-PARENT_SELECTORS = ["pareto", "current-best", "epsilon-greedy"]
+PARENT_SELECTORS = ["pareto", "current-best", "epsilon-greedy(epsilon=0.3)"]
 
 
 def run(task=None, reflection=None, **options):
@@ -86,18 +86,18 @@ def test_built_in_parent_selectors_follow_their_rules():
 
 def test_current_best_always_takes_the_best_so_far():
     watch = Watch()
-    result = run(parent_selector="current-best", budget=200, seed=1, callbacks=watch, use_merge=False)
+    result = run(parent_selector="current-best", budget=200, seed=1, callbacks=watch, merge="off")
     assert watch.choices and all(chosen == best for chosen, best, _ in watch.choices)
     assert result.best_score > result.seed_score
 
 
 def test_epsilon_greedy_explores_with_probability_epsilon():
     greedy = Watch()
-    a = run(parent_selector="current-best", budget=200, seed=1, use_merge=False, callbacks=greedy)
-    b = run(parent_selector="epsilon-greedy", epsilon=0.0, budget=200, seed=1, use_merge=False)
+    a = run(parent_selector="current-best", budget=200, seed=1, merge="off", callbacks=greedy)
+    b = run(parent_selector="epsilon-greedy(epsilon=0.0)", budget=200, seed=1, merge="off")
     assert fingerprint(a) == fingerprint(b)  # epsilon 0 is current-best (its one draw changes nothing else)
     watch = Watch()
-    run(parent_selector="epsilon-greedy", epsilon=1.0, budget=200, seed=1, use_merge=False, callbacks=watch)
+    run(parent_selector=EpsilonGreedy(1.0), budget=200, seed=1, merge="off", callbacks=watch)
     assert any(chosen != best for chosen, best, _ in watch.choices)  # it left the best behind at times
 
 
@@ -105,8 +105,9 @@ def test_the_default_is_pareto_and_the_string_and_the_object_are_the_same():
     a = run(budget=150, seed=3)
     b = run(budget=150, seed=3, parent_selector="pareto", component_selector="round-robin",
             minibatch_sampler="epoch-shuffled", accept="strict", proposer="rewrite")
-    c = run(budget=150, seed=3, parent_selector=Pareto())
-    assert fingerprint(a) == fingerprint(b) == fingerprint(c)
+    c = run(budget=150, seed=3, parent_selector=Pareto(), accept=Strict())
+    d = run(budget=150, seed=3, parent_selector={"pareto": None}, merge={"merge": {"max": 30}})  # (YAML tables)
+    assert fingerprint(a) == fingerprint(b) == fingerprint(c) == fingerprint(d)
 
 
 # ---- component selection, minibatch sampling, acceptance -----------------------------------------------------
@@ -134,7 +135,7 @@ def test_a_minibatch_sampler_of_ones_own():
         return list(fixed)
 
     seen = set()
-    result = run(task, minibatch_sampler=first_three, budget=100, seed=0, use_merge=False,
+    result = run(task, minibatch_sampler=first_three, budget=100, seed=0, merge="off",
                  callbacks=lambda e: seen.add(e.example) if isinstance(e, RolloutFinished) else None)
     assert calls
     assert {e for e in seen if e.startswith("train")} <= {e.id for e in fixed}  # only its examples were run
@@ -151,7 +152,7 @@ def test_acceptance_rules():
     result = run(accept=never, budget=100, seed=0)
     assert calls and all(len(b) == len(a) for b, a in calls)
     assert len(result.candidates) == 1 and result.proposals["rejected: not better on minibatch"] == len(calls)
-    lenient = run(accept="non_decreasing", budget=150, seed=3, use_merge=False)
+    lenient = run(accept="non_decreasing", budget=150, seed=3, merge="off")
     assert lenient.best_score >= lenient.seed_score
 
 
@@ -162,7 +163,7 @@ def test_paired_acceptance_decides_on_the_mean_paired_difference_and_asks_again_
     assert tolerant([0, 0, 0], [1, 0, 0]) is None  # one example in three is within the tolerance
     assert tolerant([0, 0, 0], [1, 1, 0]) is True and tolerant([1, 1, 0], [0, 0, 0]) is False
     assert tolerant([0, 0, 0, 0, 1, 0], [1, 0, 0, 1, 1, 1]) is True  # pooled: 3 of 6 better, 0.5 > 0.34
-    assert exact.retests == 1 and not hasattr(strict, "retests")
+    assert exact.retests == 1 and Strict().retests == 0 and isinstance(exact, Acceptance)
     trainset = sim.examples(10, 2, "train")
     fresh = retest_examples(trainset, {"train-0", "train-1"}, 3, random.Random(4))
     assert len(fresh) == 3 and not {e.id for e in fresh} & {"train-0", "train-1"}
@@ -207,13 +208,13 @@ def noisy_run(seed, skill, child_skill, trainset=NOISY_TRAIN, **options):
     events = []
     result = gepetto.optimize({"instruction": f"Say yes. skill {skill}"}, trainset, _yes, valset=NOISY_VAL,
                               task_lm=NoisyTaskLM(seed), reflection_lm=reflection, seed=seed,
-                              use_merge=False, callbacks=events.append, **{"fewshot": 0, **options})
+                              merge="off", callbacks=events.append, **{"fewshot": 0, **options})
     return result, [e for e in events if isinstance(e, ProposalTested)], events
 
 
 def test_paired_acceptance_with_a_noisy_task_lm_accepts_better_children_and_fewer_equal_ones():
     rates = {}
-    for name, options in {"strict": {"accept": "strict"}, "paired": {"accept": "paired", "accept_tolerance": 0.34}
+    for name, options in {"strict": {"accept": "strict"}, "paired": {"accept": "paired(tolerance=0.34)"}
                           }.items():
         verdicts = [e.accepted for seed in range(10) for e in noisy_run(seed, 5, 5, budget=400, **options)[1]]
         rates[name] = sum(verdicts) / len(verdicts)
@@ -221,12 +222,12 @@ def test_paired_acceptance_with_a_noisy_task_lm_accepts_better_children_and_fewe
         better = [noisy_run(seed, 2, 9, budget=60, **options)[1][0].accepted for seed in range(10)]
         assert sum(better) >= 9
     # an equal child passes a noisy test often, more than by chance: the minibatch holds the parent's failures
-    assert rates["strict"] > 0.35  # 150 of 376 here (with accept_tolerance 0: 141 of 289)
+    assert rates["strict"] > 0.35  # 150 of 376 here (with tolerance 0: 141 of 289)
     assert rates["paired"] < 0.6 * rates["strict"]  # 65 of 326 here
 
 
 def test_a_tie_is_tested_again_on_fresh_examples_and_every_rollout_is_paid_within_the_budget():
-    result, tested, events = noisy_run(3, 5, 5, budget=300, accept="paired", accept_tolerance=0.34)
+    result, tested, events = noisy_run(3, 5, 5, budget=300, accept="paired(tolerance=0.34)")
     retested = [t for t in tested if t.retested]
     assert retested and all(t.retested == 3 for t in retested)  # as many fresh examples as the test had
     rollouts = [e for e in events if isinstance(e, RolloutFinished)]
@@ -235,8 +236,7 @@ def test_a_tie_is_tested_again_on_fresh_examples_and_every_rollout_is_paid_withi
     plan = next(e for e in events if isinstance(e, PlanMade)).plan
     assert plan.retest == 6 and "re-test" in plan.describe()
     # no fresh example left (the trainset is the minibatch): a tie is a rejection, with no rollout more
-    _, tested, _ = noisy_run(3, 5, 5, trainset=NOISY_TRAIN[:3], budget=100, accept="paired",
-                             accept_tolerance=0.34)
+    _, tested, _ = noisy_run(3, 5, 5, trainset=NOISY_TRAIN[:3], budget=100, accept="paired(tolerance=0.34)")
     assert tested and not any(t.retested for t in tested)
 
 
@@ -246,14 +246,14 @@ def test_a_tie_is_tested_again_on_fresh_examples_and_every_rollout_is_paid_withi
 @settings(max_examples=30, deadline=None)
 def test_paired_acceptance_never_exceeds_the_budget(budget, minibatch, seed, per_round, tolerance, proposer):
     result, _, _ = noisy_run(seed, 5, 5, trainset=NOISY_TRAIN[:12], budget=budget, minibatch_size=minibatch,
-                             proposals_per_round=per_round, accept="paired", accept_tolerance=tolerance,
+                             proposals_per_round=per_round, accept=Paired(tolerance),
                              proposer=proposer)
     assert result.rollouts_used <= budget
     assert result.ledger.roles["task"].calls == result.rollouts_used
 
 
 def test_an_acceptance_of_ones_own_may_ask_for_more_evidence():
-    class AlwaysUnsure:
+    class AlwaysUnsure(Acceptance):
         retests = 2
 
         def __init__(self):
@@ -270,10 +270,19 @@ def test_an_acceptance_of_ones_own_may_ask_for_more_evidence():
     _, tested, _ = noisy_run(1, 5, 5, budget=60, accept=lambda before, after: None)  # no `retests`: rejected
     assert tested and not any(t.accepted or t.retested for t in tested)
 
+    class Undeclared:  # `retests` on an object that does not derive from Acceptance: said, not ignored
+        retests = 2
+
+        def __call__(self, before, after):
+            return None
+
+    with pytest.raises(ConfigError, match=r"derive it from gepetto\.strategies\.Acceptance"):
+        noisy_run(1, 5, 5, budget=60, accept=Undeclared())
+
 
 def test_a_stopped_paired_run_with_a_noisy_task_lm_resumes_exactly(tmp_path):
     def stored(storage, stop=None):
-        return noisy_run(2, 5, 5, budget=250, accept="paired", accept_tolerance=0.34, proposals_per_round=2,
+        return noisy_run(2, 5, 5, budget=250, accept="paired(tolerance=0.34)", proposals_per_round=2,
                          storage=storage, run="r", stop=stop)
 
     whole, tested, _ = stored(tmp_path / "whole.sqlite")
@@ -321,7 +330,7 @@ def test_seek_failures_puts_mistakes_in_the_minibatch_in_place_of_solved_example
         shown[seek], used[seek] = 0, 0
         for seed in (0, 1, 2):
             proposer = RulesFromFeedback()
-            result = run(sim.task(kinds=6), proposer=proposer, budget=120, seed=seed, use_merge=False,
+            result = run(sim.task(kinds=6), proposer=proposer, budget=120, seed=seed, merge="off",
                          seek_failures=seek)
             assert result.best_score == 1.0 and result.rollouts_used <= 120
             for q in proposer.requests:
@@ -334,15 +343,15 @@ def test_seek_failures_puts_mistakes_in_the_minibatch_in_place_of_solved_example
     assert used[3] < used[0]  # (here: the optimum in 166 rollouts over the three seeds, against 198)
 
 def test_what_a_proposer_puts_off_is_told_after_its_round_in_plan_order():
-    """request.later(fn): in a round of concurrent proposals, fn runs once the round is decided, in plan order and
-    before the proposal's verdict, so no proposal of the round sees what another put off."""
+    """request.services.later(fn): in a round of concurrent proposals, fn runs once the round is decided, in plan
+    order and before the proposal's verdict, so no proposal of the round sees what another put off."""
     told = []
 
     class Remembering(RulesFromFeedback):
         async def propose(self, request):
             memory, i = request.state.memory, request.iteration
             seen = len(memory.get("told", []))
-            request.later(lambda: (memory.setdefault("told", []).append(i), told.append(("later", i, seen))))
+            request.services.later(lambda: (memory.setdefault("told", []).append(i), told.append(("later", i, seen))))
             answer = await super().propose(request)
             return None if answer is None else Proposal(answer, verdict=lambda c, ok: told.append(("verdict", i, ok)))
 
@@ -390,7 +399,7 @@ def test_a_parent_selector_and_a_stop_condition_of_ones_own_decide_the_run():
         statuses.append(status)
         return "three candidates are enough" if status.candidates >= 3 else None
 
-    result = run(parent_selector=newest, stop=three_candidates, budget=300, seed=0, use_merge=False)
+    result = run(parent_selector=newest, stop=three_candidates, budget=300, seed=0, merge="off")
     assert chosen and statuses
     assert result.stop_reason is StopReason.CONDITION and result.stop_message == "three candidates are enough"
     assert len(result.candidates) == 3 and result.rollouts_used < 300
@@ -461,9 +470,18 @@ def test_max_cost_usd_without_prices_is_refused():
 
 # ---- the strategies by name: config files, CLI, stored runs --------------------------------------------------
 def test_strategy_names_are_checked_and_objects_need_python():
-    with pytest.raises(ConfigError, match="parent_selector: Input should be 'pareto', 'current-best' or "
-                                          "'epsilon-greedy'"):
+    with pytest.raises(ConfigError, match="parent_selector: unknown parent_selector 'best'; accepted: auto, "
+                                          "current-best, epsilon-greedy, pareto"):
         EngineConfig(parent_selector="best")
+    with pytest.raises(ConfigError, match=r"epsilon-greedy: unknown parameter 'epsylon' \(did you mean "
+                                          r"'epsilon'\?\); accepted: epsilon"):
+        EngineConfig(parent_selector="epsilon-greedy(epsylon=0.2)")
+    with pytest.raises(ConfigError, match=r"epsilon-greedy: epsilon=1\.5: Input should be less than or equal to 1"):
+        EpsilonGreedy(1.5)  # in Python too
+    with pytest.raises(ConfigError, match="current-best: unknown parameter 'k'; it takes none"):
+        EngineConfig(parent_selector="current-best(k=1)")
+    with pytest.raises(ConfigError, match="is not a strategy: write NAME or NAME"):
+        EngineConfig(accept="paired(0.2)")
     with pytest.raises(ConfigError, match=r"stands for a strategy object given to gepetto\.optimize"):
         load_config(task="sim", parent_selector="python:mine:Selector")
     cfg = EngineConfig(parent_selector="python:mine:Selector")
@@ -474,25 +492,37 @@ def test_strategy_names_are_checked_and_objects_need_python():
 def test_the_cli_takes_the_strategies_by_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(app, ["optimize", "--task", "sim", "--task-lm", "sim:task", "--reflection-lm",
-                                   "sim:reflection", "--budget", "80", "--parent-selector", "epsilon-greedy",
-                                   "--epsilon", "0.3", "--component-selector", "all", "--run", "e", "-q"])
+                                   "sim:reflection", "--budget", "80", "--parent-selector",
+                                   "epsilon-greedy(epsilon=0.3)", "--component-selector", "all", "--run", "e", "-q"])
     assert res.exit_code == 0, res.output
     config = RunStore("gepetto.sqlite").get_run("e").config
-    assert (config["parent_selector"], config["epsilon"], config["component_selector"]) == \
-        ("epsilon-greedy", 0.3, "all")
+    assert (config["parent_selector"], config["component_selector"]) == ("epsilon-greedy(epsilon=0.3)", "all")
     shown = CliRunner().invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"}).output
-    assert "One of: pareto, current-best, epsilon-greedy" in shown
+    assert "One of: auto, pareto," in shown and "current-best, epsilon-greedy" in shown
 
 
 def test_a_stored_python_run_names_its_strategy_objects_and_refuses_others(tmp_path):
     task = sim.task(kinds=6)
     kw = {"valset": task.valset, "program": task.program, "task_lm": sim.SimTaskLM(),
           "reflection_lm": sim.SimReflectionLM(), "budget": 100, "storage": tmp_path / "s.sqlite", "run": "r"}
-    gepetto.optimize(task.seed_candidate, task.trainset, task.metric, parent_selector=CurrentBest(), **kw)
+    class Latest:  # a parent selector of one's own
+        def __call__(self, state, rng):
+            return len(state.records) - 1
+
+    gepetto.optimize(task.seed_candidate, task.trainset, task.metric, parent_selector=Latest(), **kw)
     config = RunStore(tmp_path / "s.sqlite").get_run("r").config
-    assert config["parent_selector"] == "python:gepetto.engine.strategies:CurrentBest"
+    assert config["parent_selector"].startswith("python:test_strategies:") and config["parent_selector"].endswith(
+        "Latest")
     with pytest.raises(ConfigError, match="parent_selector"):
         gepetto.optimize(task.seed_candidate, task.trainset, task.metric, parent_selector=Pareto(), **kw)
+    # a built-in object is stored by its spec, and resumes as that spec
+    kw["run"] = "b"
+    gepetto.optimize(task.seed_candidate, task.trainset, task.metric, parent_selector=EpsilonGreedy(0.2), **kw)
+    assert RunStore(tmp_path / "s.sqlite").get_run("b").config["parent_selector"] == "epsilon-greedy(epsilon=0.2)"
+    gepetto.optimize(task.seed_candidate, task.trainset, task.metric, parent_selector="epsilon-greedy(epsilon=0.2)",
+                     **{**kw, "budget": 120})
+    with pytest.raises(ConfigError, match=r"parent_selector: stored 'epsilon-greedy\(epsilon=0\.2\)'"):
+        gepetto.optimize(task.seed_candidate, task.trainset, task.metric, parent_selector=EpsilonGreedy(0.3), **kw)
 
 
 # ---- exact resume for every built-in strategy ----------------------------------------------------------------
@@ -504,32 +534,35 @@ def _rules(messages, params):
     return f"<rule>Apply {missing[0]} to such questions.</rule>" if missing else "<rule></rule>"
 
 
-def _stored(storage, stop=None, **options):
+def _stored(storage, stop=None, seed=2, **options):
     task = sim.task(kinds=6, components=2)
-    reflection = ScriptedLM(_rules) if options.get("proposer") == "edit" else \
+    reflection = ScriptedLM(_rules) if str(options.get("proposer")).startswith("edit") else \
         sim.SimReflectionLM(noise=0.3, seed=5, forget=True, max_rules=2)
     return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                             program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=reflection,
-                            budget=200, seed=2, max_concurrency=4, storage=storage, run="r", stop=stop, **options)
+                            budget=200, seed=seed, max_concurrency=4, storage=storage, run="r", stop=stop, **options)
 
 
-@pytest.mark.parametrize("options", [{"parent_selector": name, "epsilon": 0.3} for name in PARENT_SELECTORS]
-                         + [{"parent_selector": "epsilon-greedy", "epsilon": 0.5, "component_selector": "all"},
+# (each on a seed whose path has merges, and demonstrations when they are on)
+@pytest.mark.parametrize("options", [{"parent_selector": "pareto", "seed": 8}]
+                         + [{"parent_selector": name} for name in PARENT_SELECTORS[1:]]
+                         + [{"parent_selector": "epsilon-greedy(epsilon=0.5)", "component_selector": "all"},
                             {"proposer": "edit", "accept": "non_decreasing"},
-                            {"proposer": "edit", "edit_rules": 3, "accept": "non_decreasing"},
+                            {"proposer": "edit(rules=3)", "accept": "non_decreasing"},
                             # (demonstrations do not help the simulated task LM: accepted only when not worse)
                             {"proposer": "edit", "fewshot": 3, "accept": "non_decreasing"},
-                            {"fewshot": 2, "fewshot_share": 0.7, "accept": "non_decreasing"},
-                            {"fewshot": 2, "adaptive_fewshot": False, "accept": "non_decreasing"},
-                            {"racing": True, "racing_chunk": 1, "proposals_per_round": 3},
-                            {"adaptive_merge": True}, {"accept": "paired", "accept_tolerance": 0.34, "fewshot": 0},
-                            {"seek_failures": 2}, {"seek_failures": 4, "proposals_per_round": 3},
-                            {"accept": "paired", "accept_tolerance": 0.34, "proposals_per_round": 3}])
+                            {"fewshot": "fewshot(k=2, share=0.7)", "accept": "non_decreasing"},
+                            {"fewshot": "fewshot(k=2, adaptive=false)", "accept": "non_decreasing"},
+                            {"validation": "racing(chunk=1)", "proposals_per_round": 3},
+                            {"merge": "merge(adaptive=true)", "seed": 8},
+                            {"accept": "paired(tolerance=0.34)", "fewshot": 0},
+                            {"seek_failures": 2, "seed": 8}, {"seek_failures": 4, "proposals_per_round": 3},
+                            {"accept": "paired(tolerance=0.34)", "proposals_per_round": 3}])
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, options):
     whole = _stored(tmp_path / "whole.sqlite", **options)
     assert len(whole.candidates) > 2
     # merges too (three rules per proposal reach the optimum before a merge is tried)
-    assert options.get("edit_rules") or any(len(c.parents) == 2 for c in whole.candidates)
+    assert "rules=" in str(options.get("proposer")) or any(len(c.parents) == 2 for c in whole.candidates)
     assert not options.get("fewshot") or any(c.origin == "demo" for c in whole.candidates)  # demonstrations too
     storage = tmp_path / "s.sqlite"
     for k in (3, 7):  # two sessions stopped by a condition of their own, then one to the end
@@ -549,7 +582,7 @@ def _kill_run(storage, when, options):
 
 @pytest.mark.parametrize("selector", PARENT_SELECTORS)
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, selector):
-    options = {"parent_selector": selector, "epsilon": 0.3}
+    options = {"parent_selector": selector}
     whole = _kill_run(tmp_path / "whole.sqlite", -1, options)
     assert whole.returncode == 0, whole.stderr
     expected = run_snapshot(RunStore(tmp_path / "whole.sqlite"), "r")["result"]

@@ -254,10 +254,8 @@ def test_engine_options_in_a_config_are_checked():
     from gepetto.runner import load_config
 
     assert load_config(reflection_attempts=5).reflection_attempts == 5
-    # the nested form of earlier versions (and of the runs they stored) is read too
-    assert load_config(engine={"reflection_attempts": 5}).reflection_attempts == 5
-    with pytest.raises(gepetto.ConfigError, match="unknown engine option"):
-        load_config(engine={"budget": 5})  # a run option of its own, never under engine:
+    with pytest.raises(gepetto.ConfigError, match="engine: unknown option"):
+        load_config(engine={"reflection_attempts": 5})  # options are fields, never nested
     with pytest.raises(gepetto.ConfigError, match="reflection_attempts: Input should be greater than or equal to 1"):
         load_config(reflection_attempts=0)
     with pytest.raises(gepetto.ConfigError, match="stands for an LM object"):

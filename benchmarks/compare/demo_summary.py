@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.compare.measure import load_json, mean_reaches, mean_std, plot_mean_curves  # noqa: E402
+from benchmarks.compare.measure import load_json, mean_reaches, mean_std, plot_mean_curves, read_text  # noqa: E402
 from benchmarks.compare.real_summary import rollouts_to_reach  # noqa: E402
 
 DEFAULT = ROOT / "benchmarks" / "results" / "efficiency_demo.json"
@@ -28,7 +28,7 @@ DEFAULT = ROOT / "benchmarks" / "results" / "efficiency_demo.json"
 def main(files: list[str], pool: dict[str, str]) -> None:
     by: dict[str, dict[int, dict[str, Any]]] = {}
     for f in files:
-        for run in json.loads(Path(f).read_text())["runs"]:
+        for run in json.loads(read_text(Path(f)))["runs"]:
             system = pool.get(run["system"], run["system"])
             assert run["seed"] not in by.get(system, {}), f"{system} seed {run['seed']} twice"
             by.setdefault(system, {})[run["seed"]] = run
@@ -86,7 +86,7 @@ def plot(files: list[str], systems: list[str], path: Path, pool: dict[str, str])
     records = [replace(r, system=pool.get(r.system, r.system)) for f in files for r in load_json(Path(f))]
     records = [r for r in records if r.system in systems]
     records.sort(key=lambda r: systems.index(r.system))
-    refs = {f"{k} (on test)": v for k, v in json.loads(Path(files[0]).read_text()).get("references", {}).items()}
+    refs = {f"{k} (on test)": v for k, v in json.loads(read_text(Path(files[0]))).get("references", {}).items()}
     panels = [("demo: best validation against rollouts", records, refs),
               ("demo: best validation against wall time", records, refs)]
     plot_mean_curves(panels, path, seconds=[False, True])

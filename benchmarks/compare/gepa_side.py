@@ -175,7 +175,8 @@ def classify(text: str, current: str, records: Sequence[Mapping[str, Any]]) -> s
 
     shown = [ReflectionExample(str(r.get("Inputs", "")), str(r.get("Generated Outputs", "")),
                                str(r.get("Feedback", "")), 0.0) for r in records]
-    verdict = vet(f"<new_instruction>{text}</new_instruction>", "stop", current, shown).rejected
+    rejected = vet(f"<new_instruction>{text}</new_instruction>", "stop", current, shown).rejected
+    verdict = rejected.reason if rejected is not None else ""
     return GEPETTO_KIND.get(verdict, verdict)
 
 

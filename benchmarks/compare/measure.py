@@ -10,6 +10,8 @@ sampled whenever the optimiser learns a new candidate's validation score.
 from __future__ import annotations
 
 import asyncio
+import gzip
+import io
 import json
 import math
 import statistics
@@ -30,6 +32,7 @@ from gepetto.program import Metric, Task, TraceEntry
 from gepetto.types import Candidate, Example, Score
 
 WASTE_KINDS = ("empty", "unchanged", "echo", "chat")
+JSON_BYTES = 100_000  # raw numbers larger than this are written as X.json.gz
 
 
 class CountingMetric:
@@ -329,10 +332,31 @@ def _color(system: str, systems: Sequence[str]) -> str:
     return known.get(system, f"C{systems.index(system) + 3}")
 
 
+PNG_BYTES = 60_000  # a committed figure stays under this (save_small)
+
+
+def save_small(fig: Any, path: Path) -> None:
+    """Write a figure as a light PNG: a palette of 32 colours (octree: the lines keep their hues), at a lower
+    resolution when it is still too big."""
+    from PIL import Image
+
+    for dpi, colors in ((100, 32), (80, 32), (64, 32), (64, 16)):
+        raw = io.BytesIO()
+        fig.savefig(raw, dpi=dpi, format="png")
+        out = io.BytesIO()
+        image = Image.open(raw).convert("RGB").quantize(colors=colors, method=Image.Quantize.FASTOCTREE)
+        image.save(out, format="png", optimize=True)
+        if out.tell() <= PNG_BYTES:
+            break
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(out.getvalue())
+
+
 def plot_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, float]]], path: Path,
                 budget_lines: bool = True, legend_outside: bool = False) -> None:
     """One panel per task: best validation score against metric calls, one line per system and seed;
-    horizontal reference lines (e.g. optimum, seed, constant baseline) from each panel's dict."""
+    horizontal reference lines (e.g. optimum, seed, constant baseline) from each panel's dict. With more than
+    3 seeds of a system its lines are thin and its legend entry is one, with the number of seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -346,11 +370,19 @@ def plot_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, float
     styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1))]
     for ax, (title, records, refs) in zip(axes.flat, panels, strict=False):
         systems = list(dict.fromkeys(r.system for r in records))
+        seeds = Counter(r.system for r in records)
+        labelled: set[str] = set()
         for r in records:
             xs = [0] + [u for u, _ in r.curve]
             ys = [r.curve[0][1] if r.curve else 0.0] + [s for _, s in r.curve]
-            ax.step(xs, ys, where="post", color=_color(r.system, systems), linestyle=styles[r.seed % len(styles)],
-                    alpha=0.8, label=f"{r.system} seed {r.seed}")
+            if seeds[r.system] <= 3:
+                ax.step(xs, ys, where="post", color=_color(r.system, systems),
+                        linestyle=styles[r.seed % len(styles)], alpha=0.8, label=f"{r.system} seed {r.seed}")
+            else:
+                label = None if r.system in labelled else f"{r.system} ({seeds[r.system]} seeds)"
+                labelled.add(r.system)
+                ax.step(xs, ys, where="post", color=_color(r.system, systems), linewidth=0.7, alpha=0.6,
+                        label=label)
         for i, (name, y) in enumerate(refs.items()):
             ax.axhline(y, color="grey", linestyle=[":", "--", "-."][i % 3], linewidth=1)
             ax.annotate(name, (0, y), xytext=(2, 2), textcoords="offset points", fontsize=7, color="grey")
@@ -367,8 +399,7 @@ def plot_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, float
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_small(fig, path)
     plt.close(fig)
 
 
@@ -410,7 +441,7 @@ def plot_mean_curves(panels: Sequence[tuple[str, Sequence[RunRecord], dict[str, 
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_small(fig, path)
     plt.close(fig)
 
 
@@ -505,9 +536,16 @@ def paired(records: Sequence[RunRecord], a: str, b: str, key: str = "test_score"
     return wins, losses, len(seeds) - wins - losses
 
 
+def read_text(path: Path) -> str:
+    """A results file's text; `X.json` committed compressed is read from `X.json.gz`."""
+    if path.suffix != ".gz" and not path.exists() and path.with_name(path.name + ".gz").exists():
+        path = path.with_name(path.name + ".gz")
+    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+
+
 def load_json(path: Path) -> list[RunRecord]:
-    """The runs `save_json` wrote (for replotting without rerunning)."""
-    runs = json.loads(path.read_text())["runs"]
+    """The runs `save_json` wrote (for replotting without rerunning); `X.json` or `X.json.gz`."""
+    runs = json.loads(read_text(path))["runs"]
     fields = set(RunRecord.__dataclass_fields__)
     out = []
     for d in runs:
@@ -529,7 +567,19 @@ def save_json(records: Sequence[RunRecord], extra: dict[str, Any], path: Path) -
         d["test_curve"] = [[u, round(v, 4)] for u, v in r.test_curve]
         runs.append(json.dumps(d, separators=(",", ":")))
     head = json.dumps(extra, separators=(",", ":"))
-    path.write_text('{"meta":' + head + ',\n"runs":[\n' + ",\n".join(runs) + "\n]}\n")
+    text = '{"meta":' + head + ',\n"runs":[\n' + ",\n".join(runs) + "\n]}\n"
+    packed = path.with_name(path.name + ".gz")
+    if len(text) > JSON_BYTES:  # committed compressed (benchmarks/RESULTS.md)
+        packed.write_bytes(gzip.compress(text.encode(), mtime=0))
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(text)
+        packed.unlink(missing_ok=True)
+
+
+def load_meta(path: Path) -> dict[str, Any]:
+    """What `save_json` kept beside the runs (track, argv, references); `X.json` or `X.json.gz`."""
+    return dict(json.loads(read_text(path)).get("meta", {}))
 
 
 RunFn = Callable[..., RunRecord]

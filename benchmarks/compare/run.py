@@ -52,40 +52,40 @@ SYSTEMS = ("gepetto", "gepa", "gepa+merge")
 # gepetto with other settings than its defaults (not run unless named in --systems)
 GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
     "gepetto-1try": {"reflection_attempts": 1},  # no retry after a rejected reflection answer
-    "gepetto-nomerge": {"use_merge": False},
+    "gepetto-nomerge": {"merge": "off"},
     # every reflection attempt sampled at temperature 1, rules too (the default since 2026-11-26 for rewrites,
     # whose greedy first answer copied the demo's seed back on 10 of 10 minibatches: benchmarks/reflection_probe.py)
     "gepetto-t1": {"reflection_temperatures": (1.0,)},
     "gepetto-edit": {"proposer": "edit"},  # one-rule edits (issue 10) instead of whole-text rewrites
     # few-shot demonstrations beside the rewrites (engine/demos.py), on by default since 2026-11-26 (before, off:
-    # "gepetto-nofewshot"); the share learnt from the tests by default since 2026-11-26 (adaptive_fewshot);
+    # "gepetto-nofewshot"); the share learnt from the tests by default since 2026-11-26 (FewShot(adaptive=True));
     # "-fixed" is the fixed share, as "gepetto-fewshot" was before
     "gepetto-nofewshot": {"fewshot": 0},
     "gepetto-fewshot": {"fewshot": 4},
-    "gepetto-fewshot-adaptive": {"fewshot": 4, "adaptive_fewshot": True},
-    "gepetto-fewshot-fixed": {"fewshot": 4, "adaptive_fewshot": False},
+    "gepetto-fewshot-adaptive": {"fewshot": "fewshot(k=4, adaptive=true)"},
+    "gepetto-fewshot-fixed": {"fewshot": "fewshot(k=4, adaptive=false)"},
     "gepetto-edit-fewshot": {"proposer": "edit", "fewshot": 4},
     # a parent whose minibatch has solved examples runs up to 3 more and reflects on its mistakes in their place
     "gepetto-seek": {"seek_failures": 3},
     "gepetto-nofewshot-seek": {"fewshot": 0, "seek_failures": 3},
     # a length budget: rewrites whose instruction (demonstrations apart) is over 250 characters are refused
     "gepetto-len250": {"max_component_chars": 250},
-    "gepetto-racing": {"racing": True},  # racing validation (engine/racing.py): cut children proved out early
+    "gepetto-racing": {"validation": "racing"},  # racing validation (engine/racing.py): cut children proved out early
     # racing that also cuts on a one-sided sign test at 95% confidence (not exact; random validation order)
-    "gepetto-racing-sign": {"racing": True, "racing_confidence": 0.95},
+    "gepetto-racing-sign": {"validation": "racing(confidence=0.95)"},
     # the search's own defaults against the alternatives: greedier parents, larger minibatches
     "gepetto-current-best": {"parent_selector": "current-best"},
     "gepetto-epsilon-greedy": {"parent_selector": "epsilon-greedy"},
     "gepetto-minibatch4": {"minibatch_size": 4},
     "gepetto-minibatch5": {"minibatch_size": 5},
-    "gepetto-merges5": {"max_merges": 5},  # the merge cap before 2026-11-26 night (gepa's)
-    "gepetto-adaptive-merge": {"adaptive_merge": True},  # how often to merge, learnt from the run's merges
+    "gepetto-merges5": {"merge": "merge(max=5)"},  # the merge cap before 2026-11-26 night (gepa's)
+    "gepetto-adaptive-merge": {"merge": "merge(adaptive=true)"},  # how often to merge, learnt from the run's merges
     # noise-aware acceptance: a tie (within the tolerance) is tested again on fresh examples
     "gepetto-paired": {"accept": "paired"},
-    "gepetto-paired-0.34": {"accept": "paired", "accept_tolerance": 0.34},  # one example in three is a tie
+    "gepetto-paired-0.34": {"accept": "paired(tolerance=0.34)"},  # one example in three is a tie
     # the issue-15 features on top of the real track's best configuration (edit + few-shot), one at a time
-    "gepetto-edit-fewshot-racing": {"proposer": "edit", "fewshot": 4, "racing": True},
-    "gepetto-edit-fewshot-adaptive-merge": {"proposer": "edit", "fewshot": 4, "adaptive_merge": True},
+    "gepetto-edit-fewshot-racing": {"proposer": "edit", "fewshot": 4, "validation": "racing"},
+    "gepetto-edit-fewshot-adaptive-merge": {"proposer": "edit", "fewshot": 4, "merge": "merge(adaptive=true)"},
     "gepetto-edit-fewshot-paired": {"proposer": "edit", "fewshot": 4, "accept": "paired"},
 }
 ALL_SYSTEMS = (*SYSTEMS, *GEPETTO_VARIANTS)

@@ -194,7 +194,7 @@ def real_run(n_val: int, budget: int, kinds: int, components: int) -> dict[str, 
                               program=task.program, task_lm=sim.SimTaskLM(),
                               reflection_lm=sim.SimReflectionLM(max_rules=1, forget=components > 1, noise=0.2,
                                                                 seed=1),
-                              budget=budget, seed=0, max_concurrency=8, max_merges=10, callbacks=on_event)
+                              budget=budget, seed=0, max_concurrency=8, merge="merge(max=10)", callbacks=on_event)
     wall = time.perf_counter() - t0
     iters = [t for k, t, _ in marks if k == "iteration"]
     gaps = [b - a for a, b in zip([t0, *iters], iters, strict=False)]
@@ -234,7 +234,7 @@ def main() -> None:
     engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(max_rules=2, forget=True,
                                                                                      noise=0.2, seed=1),
-                          budget=10**9, seed=0, max_concurrency=8, max_merges=10**6)
+                          budget=10**9, seed=0, max_concurrency=8, merge=f"merge(max={10**6})")
     t0 = time.perf_counter()
     build_pool(engine, args.candidates, args.kinds, args.lineage, random.Random(0), args.components)
     gc.collect()

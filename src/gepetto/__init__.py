@@ -1,19 +1,49 @@
 """gepetto: reflective prompt evolution (GEPA) for LLM programs."""
 
-from gepetto.api import Evaluation, build_engine, evaluate, evaluate_async, optimize, optimize_async, run_engine
+from typing import TYPE_CHECKING, Any
+
+from gepetto.api import (
+    Evaluation,
+    build_engine,
+    evaluate,
+    evaluate_async,
+    evaluate_run,
+    optimize,
+    optimize_async,
+    run_engine,
+)
 from gepetto.config import ConfigError, EngineConfig
-from gepetto.engine.loop import Engine, Result
-from gepetto.events import Callback, Event, Outcome, StopReason
+from gepetto.engine.loop import Engine
+from gepetto.events import Callback, Event, Outcome, Result, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMError, Usage
 from gepetto.program import Context, MetricError, Rollout, Task, TraceEntry, single_instruction
-from gepetto.testing import ScriptedLM  # (also registers the simulated LMs: sim:task, sim:reflection)
 from gepetto.types import Candidate, Example, Score
+
+if TYPE_CHECKING:
+    from gepetto.progress import ProgressDisplay
+    from gepetto.testing.scripted import ScriptedLM
 
 __all__ = [
     "LM", "Callback", "Candidate", "Completion", "ConfigError", "Context", "Engine", "EngineConfig", "Evaluation",
-    "Event", "Example", "LMError", "Ledger", "MetricError", "Outcome", "Result", "Rollout", "Score", "ScriptedLM",
-    "StopReason", "Task", "TraceEntry", "Usage", "build_engine", "evaluate", "evaluate_async", "optimize",
-    "optimize_async", "run_engine", "single_instruction",
+    "Event", "Example", "LMError", "Ledger", "MetricError", "Outcome", "ProgressDisplay", "Result", "Rollout", "Score",
+    "ScriptedLM",
+    "StopReason", "Task", "TraceEntry", "Usage", "build_engine", "evaluate", "evaluate_async", "evaluate_run",
+    "optimize", "optimize_async", "run_engine", "single_instruction",
 ]
 __version__ = "0.1.0"  # the one place the version is written (pyproject.toml reads it)
+
+
+def __getattr__(name: str) -> Any:
+    # ScriptedLM is public but lives with the test doubles (gepetto.testing): loaded when first asked for
+    if name == "ScriptedLM":
+        from gepetto.testing.scripted import ScriptedLM
+
+        return ScriptedLM
+
+    # the live progress display (Rich) is imported on first use: `import gepetto` stays light
+    if name == "ProgressDisplay":
+        from gepetto.progress import ProgressDisplay
+
+        return ProgressDisplay
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

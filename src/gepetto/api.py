@@ -1,35 +1,47 @@
-"""The public entry point: `optimize()` (and its async twin) over a program, a metric and examples."""
+"""The public entry point: `optimize()` (and its async twin) over a program, a metric and examples.
+
+The options are written once: `EngineOptions` (the loop's, one per `EngineConfig` field) and the run's own
+(`RunOptions`), typed dictionaries that `optimize(..., **options)`, `optimize_async` and `build_engine` unpack, so
+an editor shows every keyword with its type; an unknown keyword raises a ConfigError naming the closest one.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import functools
 import inspect
-import signal
+import re
+import sys
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar
 
+from gepetto.assembly import (
+    as_examples,
+    assemble_engine,
+    candidate_and_program,
+    drive_engine,
+    engine_config,
+    lm_label,
+    resolve_lm,
+    strategy_objects,
+)
 from gepetto.config import (
     DEFAULT_REFLECTION_LM,
     DEFAULT_TASK_LM,
-    ENGINE_FIELDS,
     PYTHON,
-    STRATEGIES,
-    Accept,
     CacheMode,
-    ConfigError,
     EngineConfig,
-    ExecutorName,
-    ProposerName,
     TrackingName,
     UnknownOptionError,
 )
 from gepetto.engine import stopping
-from gepetto.engine.executors import Executor, aclose_executor
-from gepetto.engine.loop import Engine, Result, RolloutStore
+from gepetto.engine.executors import aclose_executor
+from gepetto.engine.loop import Engine, RolloutStore
 from gepetto.engine.proposers import Proposer
 from gepetto.engine.strategies import (
     Acceptance,
@@ -38,38 +50,134 @@ from gepetto.engine.strategies import (
     ParentSelector,
     label,
 )
-from gepetto.events import Callbacks, Event, StopReason, as_callbacks
+from gepetto.events import Callbacks, Result, as_callbacks
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
-from gepetto.program import Metric, Program, Rollout, run_rollout, single_instruction
+from gepetto.program import Executor, Metric, Program, Rollout, Task, run_rollout
+from gepetto.specs import Knobs
 from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
 from gepetto.types import Candidate, Example
 
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:  # Python 3.10
+    from typing_extensions import Unpack
+
 if TYPE_CHECKING:
+    from gepetto.evaluation import RunEvaluation
+    from gepetto.presets import PresetName
     from gepetto.runner import StoredRun
 
 
 SeedCandidate = Candidate | Mapping[str, str] | str  # a bare string is the one component "instruction"
 Examples = Sequence[Example | Mapping[str, Any]]
+AcceptanceLike = Acceptance | Callable[[Sequence[float], Sequence[float]], "bool | None"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-RENAMED = {"on_event": "callbacks", "lm_params": "task_lm_params"}  # keywords of earlier versions -> their names now
+class EngineOptions(TypedDict, total=False):
+    """The loop's options as keyword arguments, one per `EngineConfig` field (which documents each); None, or a
+    keyword left out, is the config's value. A strategy takes its spec or, in Python, an object: a built-in one
+    (`gepetto.strategies.Edit(rules=3)`) or one of your own (docs/strategies.md)."""
+
+    budget: int | None
+    seed: int | None
+    max_concurrency: int | None
+    task_lm_params: Mapping[str, Any] | None
+    time_limit: float | None
+    patience: int | None
+    target_score: float | None
+    perfect_score: float | None
+    stop_file: str | None
+    max_idle_iterations: int | None
+    max_cost_usd: float | None
+    max_lm_failures: int | None
+    lm_retry_pause: float | None
+    rollout_timeout: float | None
+    executor: str | Knobs | Executor | None
+    minibatch_size: int | None
+    seek_failures: int | None
+    parent_selector: ParentSelector | str | Mapping[str, Any] | None
+    component_selector: ComponentSelector | str | None
+    minibatch_sampler: MinibatchSampler | str | None
+    accept: AcceptanceLike | str | Mapping[str, Any] | None
+    proposals_per_round: int | None
+    validation: Knobs | str | Mapping[str, Any] | None
+    merge: Knobs | str | Mapping[str, Any] | None
+    components: Sequence[str] | None
+    component_descriptions: Mapping[str, str] | None
+    proposer: Proposer | str | Mapping[str, Any] | None
+    fewshot: Knobs | int | str | Mapping[str, Any] | None
+    reflection_attempts: int | None
+    reflection_temperatures: Sequence[float] | None
+    max_component_chars: int | None
+    prices: Mapping[str, tuple[float, float]] | None
+
+
+class RunOptions(EngineOptions, total=False):
+    """What a run is made of besides the seed, the examples and the metric, with the engine options. `valset`
+    defaults to the trainset; `program` to the seed's one instruction as the system prompt; `task_lm` and
+    `reflection_lm` to the embedded models; `config` (an EngineConfig or a mapping of its options) to
+    EngineConfig(), the keywords given winning over it; `stop` adds stop conditions to the config's."""
+
+    valset: Examples | None
+    program: Program | None
+    task_lm: LM | str | None
+    reflection_lm: LM | str | None
+    callbacks: Callbacks
+    config: EngineConfig | Mapping[str, Any] | None
+    stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None
+
+
+class BuildOptions(RunOptions, total=False):
+    """`build_engine`'s options: a run's, and where its rollouts and costs go (`rollout_store`, `ledger`)."""
+
+    rollout_store: RolloutStore | None
+    ledger: Ledger | None
+
+
+class OptimizeOptions(RunOptions, total=False):
+    """`optimize`'s options: a run's, and its store, tracking and display (see `optimize`)."""
+
+    storage: str | Path | None
+    run: str | None
+    cache: CacheMode | None
+    tracking: TrackingName | Tracker | None
+    progress: bool | None
+    preset: PresetName | None
+
+
+def _keywords(options: type) -> tuple[str, ...]:
+    """The keys of a typed dictionary of options, in the order they are declared (its bases' first)."""
+    return tuple(options.__annotations__)
+
+
+def _unpacked(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The keywords of the typed dictionary `fn` unpacks as `**options: Unpack[...]` (none without one)."""
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            annotation = p.annotation  # (a string: this module's annotations are postponed)
+            name = re.fullmatch(r"Unpack\[(\w+)\]", annotation) if isinstance(annotation, str) else None
+            options = fn.__globals__[name.group(1)] if name else typing.get_args(annotation)[0]
+            return _keywords(options)
+    return ()
 
 
 def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
-    """A keyword argument `fn` does not take raises a ConfigError naming it and the closest accepted names
-    (instead of Python's bare TypeError; it is still a TypeError)."""
+    """A keyword argument `fn` does not take (by name, or in the typed dictionary it unpacks) raises a
+    ConfigError naming it and the closest accepted names (instead of Python's bare TypeError; it is still a
+    TypeError)."""
     params = inspect.signature(fn).parameters
-    accepted = [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    named = [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    accepted = [*named, *_unpacked(fn)]
 
     def check(kwargs: Mapping[str, Any]) -> None:
-        unknown = [k for k in kwargs if k not in params]
+        unknown = [k for k in kwargs if k not in accepted]
         if unknown:
             hints = []
             for k in unknown:
-                close = [RENAMED[k]] if RENAMED.get(k) in accepted else difflib.get_close_matches(k, accepted, n=1)
+                close = difflib.get_close_matches(k, accepted, n=1)
                 hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             raise UnknownOptionError(f"{fn.__name__}(): unknown option {', '.join(hints)}; accepted: "
                                      f"{', '.join(accepted)}")
@@ -89,151 +197,33 @@ def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
     return checked
 
 
-def strategy_objects(given: Mapping[str, Any]) -> dict[str, Any]:
-    """The strategies given as objects (not names), by option."""
-    return {k: v for k, v in given.items() if k in STRATEGIES and v is not None and not isinstance(v, str)}
+_RUN_DEFAULTS: dict[str, Any] = {"task_lm": DEFAULT_TASK_LM, "reflection_lm": DEFAULT_REFLECTION_LM}
 
 
-def engine_config(config: EngineConfig | Mapping[str, Any] | None, given: Mapping[str, Any]) -> EngineConfig:
-    """`config` (default: EngineConfig()) with the options in `given` that are not None put in its place; a
-    strategy given as an object is named by its `label` (python:MODULE:QUALNAME)."""
-    changes: dict[str, Any] = {k: label(v) if k in STRATEGIES else v for k, v in given.items()
-                               if k in ENGINE_FIELDS and v is not None}
-    if config is None:
-        return EngineConfig(**changes)
-    if isinstance(config, EngineConfig):
-        base = config.model_dump(include=set(ENGINE_FIELDS))  # (a RunConfig has more: only the engine's part)
-    elif isinstance(config, Mapping):
-        base = dict(config)
-    else:
-        raise ConfigError(f"config= takes a gepetto.EngineConfig (or a mapping of its options), got "
-                          f"{type(config).__name__}")
-    return EngineConfig(**{**base, **changes})
-
-
-def resolve_lm(lm: LM | str) -> LM:
-    """An LM object as is, or one built from a name such as `local:qwen2.5-coder-0.5b`."""
-    if isinstance(lm, str):
-        from gepetto.lm.names import make_lm
-
-        return make_lm(lm)
-    return lm
-
-
-def as_examples(data: Sequence[Example | Mapping[str, Any]] | None) -> list[Example]:
-    out = []
-    for item in data or []:
-        if isinstance(item, Example):
-            out.append(item)
-        elif isinstance(item, Mapping):
-            item = dict(item)
-            gold = item.pop("gold", item.pop("answer", None))
-            out.append(Example(inputs=item, gold=gold))
-        else:
-            raise TypeError(f"examples must be gepetto.Example or dicts, got {type(item).__name__}")
-    return out
-
-
-def candidate_and_program(
-    candidate: Candidate | Mapping[str, str] | str, program: Program | None
-) -> tuple[Candidate, Program]:
-    """A Candidate (a bare string is the one component "instruction") and its program (default: one call)."""
-    if isinstance(candidate, str):
-        candidate = {"instruction": candidate}
-    cand = candidate if isinstance(candidate, Candidate) else Candidate(candidate)
-    if program is None:
-        if len(cand) != 1:
-            raise ValueError("a candidate with several components needs a program that uses them")
-        program = single_instruction(next(iter(cand)))
-    return cand, program
+def _arguments(options: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """Every option of `keys` by name: the one given (not None), else its default (None for most)."""
+    return {**dict.fromkeys(keys), **_RUN_DEFAULTS,
+            **{k: v for k, v in options.items() if v is not None or k not in _RUN_DEFAULTS}}
 
 
 @checked_keywords
-def build_engine(
-    seed_candidate: SeedCandidate,
-    trainset: Examples,
-    metric: Metric,
-    *,
-    valset: Examples | None = None,
-    program: Program | None = None,
-    task_lm: LM | str = DEFAULT_TASK_LM,
-    reflection_lm: LM | str = DEFAULT_REFLECTION_LM,
-    callbacks: Callbacks = None,
-    rollout_store: RolloutStore | None = None,
-    ledger: Ledger | None = None,
-    config: EngineConfig | Mapping[str, Any] | None = None,
-    budget: int | None = None,
-    seed: int | None = None,
-    max_concurrency: int | None = None,
-    task_lm_params: Mapping[str, Any] | None = None,
-    time_limit: float | None = None,
-    patience: int | None = None,
-    target_score: float | None = None,
-    perfect_score: float | None = None,
-    stop_file: str | None = None,
-    max_idle_iterations: int | None = None,
-    max_cost_usd: float | None = None,
-    max_lm_failures: int | None = None,
-    lm_retry_pause: float | None = None,
-    rollout_timeout: float | None = None,
-    executor: ExecutorName | Executor | None = None,
-    ray_address: str | None = None,
-    minibatch_size: int | None = None,
-    seek_failures: int | None = None,
-    parent_selector: ParentSelector | str | None = None,
-    epsilon: float | None = None,
-    component_selector: ComponentSelector | str | None = None,
-    minibatch_sampler: MinibatchSampler | str | None = None,
-    accept: Acceptance | Accept | None = None,
-    accept_tolerance: float | None = None,
-    proposals_per_round: int | None = None,
-    racing: bool | None = None,
-    racing_chunk: int | None = None,
-    racing_confidence: float | None = None,
-    components: Sequence[str] | None = None,
-    component_descriptions: Mapping[str, str] | None = None,
-    proposer: Proposer | ProposerName | None = None,
-    reflection_attempts: int | None = None,
-    reflection_temperatures: Sequence[float] | None = None,
-    reflection_max_tokens: int | None = None,
-    reflection_chars: int | None = None,
-    max_component_chars: int | None = None,
-    evidence_size: int | None = None,
-    gate_solved: int | None = None,
-    rule_max_tokens: int | None = None,
-    edit_rules: int | None = None,
-    definitions: int | None = None,
-    fewshot: int | None = None,
-    fewshot_share: float | None = None,
-    adaptive_fewshot: bool | None = None,
-    use_merge: bool | None = None,
-    max_merges: int | None = None,
-    adaptive_merge: bool | None = None,
-    prices: Mapping[str, tuple[float, float]] | None = None,
-    stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
-) -> Engine:
+def build_engine(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
+                 **options: Unpack[BuildOptions]) -> Engine:
     """The engine `optimize` would run, for callers that want to drive or observe it themselves.
 
-    The options are `optimize`'s: `config` (an EngineConfig) with the keyword arguments given in place.
+    The options are `optimize`'s (`RunOptions`: `config` with the keyword arguments given in place), and
+    `rollout_store` and `ledger`, where the engine keeps rollouts and costs.
     """
-    cfg = engine_config(config, locals())
-    objects = strategy_objects(locals())
-    seed_cand, program = candidate_and_program(seed_candidate, program)
-    train = as_examples(trainset)
-    val = as_examples(valset) if valset is not None else train
-    # no secret reaches feedback, events or the reflection prompt: LM errors and answers are redacted
-    task = RedactingLM(resolve_lm(task_lm))
-    reflection = RedactingLM(resolve_lm(reflection_lm), inputs=True)
-    observers = as_callbacks(callbacks)
+    return _assemble(seed_candidate, trainset, metric, _arguments(options, _keywords(BuildOptions)))
 
-    def redacted(event: Event) -> None:  # redacted once, for every callback
-        clean = event.redacted()
-        for callback in observers:
-            callback(clean)
 
-    return Engine(program, metric, seed_cand, train, val, task, reflection, cfg,
-                  callbacks=[redacted] if observers else None, rollout_store=rollout_store, ledger=ledger,
-                  strategies=objects, stop=stop)
+def _assemble(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: Mapping[str, Any]) -> Engine:
+    """The engine for the options `args` (every key of BuildOptions or OptimizeOptions)."""
+    return assemble_engine(seed_candidate, trainset, metric, valset=args["valset"], program=args["program"],
+                           task_lm=args["task_lm"], reflection_lm=args["reflection_lm"], callbacks=args["callbacks"],
+                           rollout_store=args.get("rollout_store"), ledger=args.get("ledger"),
+                           config=engine_config(args["config"], args), strategies=strategy_objects(args),
+                           stop=args["stop"])
 
 
 def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: dict[str, Any]
@@ -254,11 +244,9 @@ def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metr
 
 def _engine_tracking(engine: Engine, metric: Metric, args: Mapping[str, Any]) -> dict[str, Any]:
     """What a tracker is started with for a run without a store: the engine's configuration and ledger."""
-    from gepetto.runner import _lm_label
-
     program = args["program"]
     params = {"task": label(program if program is not None else metric).removeprefix(PYTHON),
-              "task_lm": _lm_label(args["task_lm"]), "reflection_lm": _lm_label(args["reflection_lm"]),
+              "task_lm": lm_label(args["task_lm"]), "reflection_lm": lm_label(args["reflection_lm"]),
               "n_train": len(engine.trainset), "n_val": len(engine.valset), "components": engine.components,
               **engine.config.model_dump()}
     return {"name": None, "params": params, "ledger": engine.state.ledger}
@@ -272,192 +260,107 @@ def _tracker(args: dict[str, Any]) -> Tracker | None:
     return tracker
 
 
-def _engine_for(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: dict[str, Any]) -> Engine:
-    return build_engine(seed_candidate, trainset, metric, valset=args["valset"], program=args["program"],
-                        task_lm=args["task_lm"], reflection_lm=args["reflection_lm"], callbacks=args["callbacks"],
-                        config=engine_config(args["config"], args), stop=args["stop"], **strategy_objects(args))
+def _with_preset(seed_candidate: SeedCandidate, trainset: Examples, args: dict[str, Any]) -> None:
+    """`preset=` (gepetto.presets): the budget sized to the task, unless a budget was given (keyword or config)."""
+    if args["preset"] is None:
+        return
+    from gepetto.presets import get_preset, preset_budget
+
+    get_preset(args["preset"])  # an unknown name is refused even when the budget is given
+    config = args["config"]
+    if args["budget"] is not None or (isinstance(config, EngineConfig) and "budget" in config.model_fields_set) or (
+            isinstance(config, Mapping) and "budget" in config):
+        return
+    n_components = len(args["components"] or ({"instruction": ""} if isinstance(seed_candidate, str)
+                                               else seed_candidate))
+    n_val = len(args["valset"] if args["valset"] is not None else trainset)
+    args["budget"] = preset_budget(args["preset"], n_val=n_val, n_components=n_components,
+                                   config=engine_config(config, args))
+
+
+def _progress_display(args: dict[str, Any]) -> Any:
+    """The live progress display `progress=` asks for (gepetto.progress.ProgressDisplay, the CLI's), put after the
+    user's callbacks: by default on when stderr is a terminal and no display is among the callbacks; or None."""
+    progress = args["progress"]
+    if progress is False or (progress is None and not sys.stderr.isatty()):
+        return None
+    from gepetto.progress import ProgressDisplay
+
+    callbacks = as_callbacks(args["callbacks"])
+    if progress is None and any(isinstance(c, ProgressDisplay) for c in callbacks):
+        return None
+    display = ProgressDisplay()
+    args["callbacks"] = [*callbacks, display]
+    return display
 
 
 @checked_keywords
-async def optimize_async(
-    seed_candidate: SeedCandidate,
-    trainset: Examples,
-    metric: Metric,
-    *,
-    valset: Examples | None = None,
-    program: Program | None = None,
-    task_lm: LM | str = DEFAULT_TASK_LM,
-    reflection_lm: LM | str = DEFAULT_REFLECTION_LM,
-    callbacks: Callbacks = None,
-    storage: str | Path | None = None,
-    run: str | None = None,
-    cache: CacheMode | None = None,
-    tracking: TrackingName | Tracker | None = None,
-    config: EngineConfig | Mapping[str, Any] | None = None,
-    budget: int | None = None,
-    seed: int | None = None,
-    max_concurrency: int | None = None,
-    task_lm_params: Mapping[str, Any] | None = None,
-    time_limit: float | None = None,
-    patience: int | None = None,
-    target_score: float | None = None,
-    perfect_score: float | None = None,
-    stop_file: str | None = None,
-    max_idle_iterations: int | None = None,
-    max_cost_usd: float | None = None,
-    max_lm_failures: int | None = None,
-    lm_retry_pause: float | None = None,
-    rollout_timeout: float | None = None,
-    executor: ExecutorName | Executor | None = None,
-    ray_address: str | None = None,
-    minibatch_size: int | None = None,
-    seek_failures: int | None = None,
-    parent_selector: ParentSelector | str | None = None,
-    epsilon: float | None = None,
-    component_selector: ComponentSelector | str | None = None,
-    minibatch_sampler: MinibatchSampler | str | None = None,
-    accept: Acceptance | Accept | None = None,
-    accept_tolerance: float | None = None,
-    proposals_per_round: int | None = None,
-    racing: bool | None = None,
-    racing_chunk: int | None = None,
-    racing_confidence: float | None = None,
-    components: Sequence[str] | None = None,
-    component_descriptions: Mapping[str, str] | None = None,
-    proposer: Proposer | ProposerName | None = None,
-    reflection_attempts: int | None = None,
-    reflection_temperatures: Sequence[float] | None = None,
-    reflection_max_tokens: int | None = None,
-    reflection_chars: int | None = None,
-    max_component_chars: int | None = None,
-    evidence_size: int | None = None,
-    gate_solved: int | None = None,
-    rule_max_tokens: int | None = None,
-    edit_rules: int | None = None,
-    definitions: int | None = None,
-    fewshot: int | None = None,
-    fewshot_share: float | None = None,
-    adaptive_fewshot: bool | None = None,
-    use_merge: bool | None = None,
-    max_merges: int | None = None,
-    adaptive_merge: bool | None = None,
-    prices: Mapping[str, tuple[float, float]] | None = None,
-    stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
-) -> Result:
+async def optimize_async(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
+                         **options: Unpack[OptimizeOptions]) -> Result:
     """Async `optimize`: same arguments, for callers already inside an event loop."""
-    args = dict(locals())
+    args = _arguments(options, _keywords(OptimizeOptions))
+    _with_preset(seed_candidate, trainset, args)
+    display = _progress_display(args)
     tracker = _tracker(args)
-    stored = _open_stored(seed_candidate, trainset, metric, args)
-    if stored is not None:
-        with tracked(tracker, **stored.tracking_info()):
-            return await stored.run_async()
-    engine = _engine_for(seed_candidate, trainset, metric, args)
-    try:
-        with tracked(tracker, **_engine_tracking(engine, metric, args)):
-            return await engine.run()
-    finally:
-        await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run
+    with display if display is not None else contextlib.nullcontext():
+        stored = _open_stored(seed_candidate, trainset, metric, args)
+        if stored is not None:
+            with tracked(tracker, **stored.tracking_info()):
+                return await stored.run_async()
+        engine = _assemble(seed_candidate, trainset, metric, args)
+        try:
+            with tracked(tracker, **_engine_tracking(engine, metric, args)):
+                return await engine.run()
+        finally:
+            await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run
 
 
 @checked_keywords
-def optimize(
-    seed_candidate: SeedCandidate,
-    trainset: Examples,
-    metric: Metric,
-    *,
-    valset: Examples | None = None,
-    program: Program | None = None,
-    task_lm: LM | str = DEFAULT_TASK_LM,
-    reflection_lm: LM | str = DEFAULT_REFLECTION_LM,
-    callbacks: Callbacks = None,
-    storage: str | Path | None = None,
-    run: str | None = None,
-    cache: CacheMode | None = None,
-    tracking: TrackingName | Tracker | None = None,
-    config: EngineConfig | Mapping[str, Any] | None = None,
-    budget: int | None = None,
-    seed: int | None = None,
-    max_concurrency: int | None = None,
-    task_lm_params: Mapping[str, Any] | None = None,
-    time_limit: float | None = None,
-    patience: int | None = None,
-    target_score: float | None = None,
-    perfect_score: float | None = None,
-    stop_file: str | None = None,
-    max_idle_iterations: int | None = None,
-    max_cost_usd: float | None = None,
-    max_lm_failures: int | None = None,
-    lm_retry_pause: float | None = None,
-    rollout_timeout: float | None = None,
-    executor: ExecutorName | Executor | None = None,
-    ray_address: str | None = None,
-    minibatch_size: int | None = None,
-    seek_failures: int | None = None,
-    parent_selector: ParentSelector | str | None = None,
-    epsilon: float | None = None,
-    component_selector: ComponentSelector | str | None = None,
-    minibatch_sampler: MinibatchSampler | str | None = None,
-    accept: Acceptance | Accept | None = None,
-    accept_tolerance: float | None = None,
-    proposals_per_round: int | None = None,
-    racing: bool | None = None,
-    racing_chunk: int | None = None,
-    racing_confidence: float | None = None,
-    components: Sequence[str] | None = None,
-    component_descriptions: Mapping[str, str] | None = None,
-    proposer: Proposer | ProposerName | None = None,
-    reflection_attempts: int | None = None,
-    reflection_temperatures: Sequence[float] | None = None,
-    reflection_max_tokens: int | None = None,
-    reflection_chars: int | None = None,
-    max_component_chars: int | None = None,
-    evidence_size: int | None = None,
-    gate_solved: int | None = None,
-    rule_max_tokens: int | None = None,
-    edit_rules: int | None = None,
-    definitions: int | None = None,
-    fewshot: int | None = None,
-    fewshot_share: float | None = None,
-    adaptive_fewshot: bool | None = None,
-    use_merge: bool | None = None,
-    max_merges: int | None = None,
-    adaptive_merge: bool | None = None,
-    prices: Mapping[str, tuple[float, float]] | None = None,
-    stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
-) -> Result:
+def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
+             **options: Unpack[OptimizeOptions]) -> Result:
     """Evolve the seed candidate's texts to score better under `metric`, within `budget` rollouts.
 
     `program(candidate, example, ctx)` runs the user's system (default: the seed's one instruction as the
     system prompt, the example's input as the user message); `valset` defaults to the trainset. `callbacks`:
     one callable or a list, each called with every event (a typed dataclass: see gepetto.events). The options
-    of the loop come from `config` (an EngineConfig; default: EngineConfig()) with each keyword argument given
-    (not None) in place: budget, seed, minibatch_size, max_concurrency, use_merge, time_limit, patience,
-    target_score, stop_file, max_lm_failures, component_descriptions, executor ("local", "ray" or an Executor
-    object: where rollouts run; docs/integrations.md), ... (EngineConfig documents each). An
-    unknown name or a bad value raises a ConfigError. Ctrl-C or SIGTERM returns the best so far;
-    `Result.stop_reason` (a gepetto.StopReason) says why the run stopped.
+    of the loop (`EngineOptions`: budget, seed, minibatch_size, max_concurrency, merge, time_limit, patience,
+    target_score, stop_file, max_lm_failures, component_descriptions, executor, ...; EngineConfig documents
+    each) come from `config` (an EngineConfig; default: EngineConfig()) with each keyword argument given (not
+    None) in place. An unknown name or a bad value raises a ConfigError. Ctrl-C or SIGTERM returns the best so
+    far; `Result.stop_reason` (a gepetto.StopReason) says why the run stopped.
 
-    The strategies `parent_selector`, `component_selector`, `minibatch_sampler`, `proposer` and `accept` take a
-    built-in name ("pareto", "current-best", "epsilon-greedy"; "round-robin", "all"; ...) or an object of your
-    own (docs/strategies.md); `stop`: stop conditions to add to the config's (callables of the run status, or
-    "sigterm"/"sigint"). `max_cost_usd` stops the run once its LM calls cost that much by `prices`.
+    The strategies (`parent_selector`, `component_selector`, `minibatch_sampler`, `proposer`, `accept`,
+    `fewshot`, `validation`, `merge`, `executor`) take a spec, a built-in name with its parameters
+    ("epsilon-greedy(epsilon=0.2)", "edit(rules=3)", ...), a built-in object (`gepetto.strategies.Edit(rules=3)`)
+    or, for the first five, an object of your own (docs/strategies.md); `stop`: stop conditions to add to the
+    config's (callables of the run status, or "sigterm"/"sigint"). `max_cost_usd` stops the run once its LM
+    calls cost that much by `prices`.
 
-    `storage` (a SQLite file, e.g. "gepetto.sqlite") keeps every rollout, reflection answer and candidate in
-    the run store under the name `run` (default: generated), where `gepetto runs/show/report/export` see it;
-    calling again with the same `run` resumes it exactly, and a changed seed, examples or path-changing option
-    is refused with a ConfigError (the budget may grow). `cache`: the LM response cache (docs/runs.md).
+    `storage` (a SQLite file, e.g. "gepetto.sqlite", or a database URL a team shares, "postgresql://user@host/db")
+    keeps every rollout, reflection answer and candidate in the run store under the name `run` (default:
+    generated), where `gepetto runs/show/report/export` see it; calling again with the same `run` resumes it
+    exactly, and a changed seed, examples or path-changing option is refused with a ConfigError (the budget may
+    grow). `cache`: the LM response cache (docs/runs.md).
     `tracking="mlflow"` also logs the run to MLflow (params, metrics per iteration, best candidate, report;
     docs/integrations.md), or give a tracker object (gepetto.tracking); it is called after `callbacks`.
+
+    `progress`: the live display of the command line (rollouts, best score, ETA, a line per new candidate) on
+    stderr; default: on when stderr is a terminal (None), `False` for none. `preset` ("light", "medium",
+    "heavy"; gepetto.presets) sizes `budget` to the task (its validation set and components), unless a budget
+    is given.
     """
-    args = dict(locals())
+    args = _arguments(options, _keywords(OptimizeOptions))
+    _with_preset(seed_candidate, trainset, args)
+    display = _progress_display(args)
     tracker = _tracker(args)
-    stored = _open_stored(seed_candidate, trainset, metric, args)
-    if stored is not None:
-        with tracked(tracker, **stored.tracking_info()):
-            return stored.run()
-    engine = _engine_for(seed_candidate, trainset, metric, args)
-    with tracked(tracker, **_engine_tracking(engine, metric, args)):
-        return run_engine(engine)
+    with display if display is not None else contextlib.nullcontext():
+        stored = _open_stored(seed_candidate, trainset, metric, args)
+        if stored is not None:
+            with tracked(tracker, **stored.tracking_info()):
+                return stored.run()
+        engine = _assemble(seed_candidate, trainset, metric, args)
+        with tracked(tracker, **_engine_tracking(engine, metric, args)):
+            return run_engine(engine)
 
 
 @dataclass
@@ -491,7 +394,8 @@ async def evaluate_async(
     `config`, default EngineConfig()). A program or metric error scores 0, as does a rollout longer than
     `rollout_timeout` seconds; an LM that gives no answer at all raises `LMUnavailable` instead.
     """
-    cfg = engine_config(config, locals())
+    cfg = engine_config(config, {"max_concurrency": max_concurrency, "task_lm_params": task_lm_params,
+                                 "rollout_timeout": rollout_timeout})
     cand, program = candidate_and_program(candidate, program)
     lm, data = RedactingLM(resolve_lm(task_lm)), as_examples(examples)
     sem = asyncio.Semaphore(cfg.max_concurrency)
@@ -531,24 +435,37 @@ def evaluate(
     return asyncio.run(main())
 
 
-STOP_SIGNALS = {signal.SIGINT: StopReason.INTERRUPTED, signal.SIGTERM: StopReason.SIGTERM}
+@checked_keywords
+def evaluate_run(
+    run: str,
+    *,
+    storage: str | Path = "gepetto.sqlite",
+    split: str = "test",
+    candidates: Sequence[int | str] | None = None,
+    task: Task | None = None,
+    examples: Examples | None = None,
+    metric: Metric | None = None,
+    program: Program | None = None,
+    task_lm: LM | str | None = None,
+    max_concurrency: int | None = None,
+) -> RunEvaluation:
+    """Score a stored run's seed and best candidates (or `candidates`: indices, "seed", "best") on a split of its
+    task ("test": the held-out examples of the task's `testset`; "val", "train") and keep the scores with the run,
+    where `gepetto show`, the report and `gepetto compare` show them (`gepetto evaluate RUN` does the same).
+
+    The task is loaded as `gepetto optimize` loads it (a built-in task, or `file.py:make_task` with the run's task
+    options); for a run started here in Python give `task=` (a gepetto.Task with a testset), or `examples=` and
+    `metric=` (and `program=`). The task LM is the run's (its name, behind the run's response cache), or
+    `task_lm=`. A program or metric error scores 0; an LM that gives no answer raises LMUnavailable.
+    """
+    from gepetto.evaluation import evaluate_stored_run
+
+    return evaluate_stored_run(run, storage=storage, split=split, candidates=candidates, task=task,
+                               examples=as_examples(examples) if examples is not None else None, metric=metric,
+                               program=program, task_lm=task_lm, max_concurrency=max_concurrency)
 
 
 def run_engine(engine: Engine) -> Result:
     """Run an engine to the end in a fresh event loop; Ctrl-C (SIGINT) or SIGTERM stops it gracefully, keeping
     everything paid for (a stored run is then resumable)."""
     return asyncio.run(drive_engine(engine, own_loop=True))
-
-
-async def drive_engine(engine: Engine, *, own_loop: bool) -> Result:
-    """Run an engine in the running event loop. `own_loop`: the loop is ours (from `asyncio.run`), so Ctrl-C and
-    SIGTERM stop the run gracefully and the LMs' HTTP clients are closed before it ends."""
-    signals = [stopping.OnSignal(sig, reason) for sig, reason in STOP_SIGNALS.items()] if own_loop else []
-    try:
-        return await engine.run(session_stops=signals)
-    finally:
-        if own_loop:
-            # HTTP clients belong to this loop: close them here, not at exit from a loop that is gone
-            await aclose_lm(engine.task_lm)
-            await aclose_lm(engine.reflection_lm)
-        await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run

@@ -9,62 +9,65 @@ name raises one `ConfigError` that names the field and what it accepts.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from gepetto.engine.executors import EXECUTORS, Executor
+from gepetto.program import Executor
+from gepetto.specs import ConfigError, canonical, format_spec, is_builtin, parse_spec
 
-Accept = Literal["strict", "non_decreasing", "paired"]
-ProposerName = Literal["edit", "rewrite"]
+ProposerName = Literal["auto", "edit", "rewrite"]
+AUTO = "auto"  # a strategy the run's route chooses (engine/route.py)
 CacheMode = Literal["auto", "always", "off"]
-ExecutorName = Literal["local", "ray"]  # the names of engine/executors.py's EXECUTORS
 TrackingName = Literal["mlflow"]  # experiment trackers (gepetto.tracking)
 DEFAULT_TASK_LM = "local:qwen2.5-coder-0.5b"  # the embedded default (docs/lm.md)
 DEFAULT_REFLECTION_LM = "local:qwen2.5-coder-1.5b"
+# how a stored run's options are written and its proposals' random numbers drawn: a run stored in another format
+# would take another path if resumed, so runner.py refuses it (2: strategies named with their parameters)
+RUN_FORMAT = 2
 
 # the groups the CLI shows options in (`gepetto optimize --help`)
-RUN, STOP, SEARCH, REFLECTION, EDIT, MERGE, TASK = (
-    "Run", "Budget and stopping", "Search", "Reflection", "Edit proposer", "Merge", "Task and data")
+RUN, STOP, SEARCH, PROPOSALS, TASK = "Run", "Budget and stopping", "Search", "Proposals", "Task and data"
 
 # options that may change when a stored run is resumed (they do not alter the path the run has taken so far)
 RESUMABLE_CHANGES = frozenset({"budget", "time_limit", "patience", "target_score", "max_concurrency", "prices",
-                               "max_cost_usd", "max_lm_failures", "lm_retry_pause", "executor", "ray_address"})
+                               "max_cost_usd", "max_lm_failures", "lm_retry_pause", "executor"})
 # options of one session, never stored with a run (a stop file stops this session only; each session of a tracked
 # run is tracked as its own run, and only when asked for)
 SESSION_ONLY = frozenset({"stop_file", "tracking"})
 # prefix of a task, an LM or a strategy that is a Python object given to gepetto.optimize() (not loadable from a
 # name): `python:MODULE:QUALNAME`
 PYTHON = "python:"
-FEWSHOT = 4  # the built-in proposers' demonstrations per component when `fewshot` is not set
-# the default `reflection_temperatures` of each kind of request (engine/proposers.py): a whole rewrite sampled at
-# 1.0 (greedy, the 1.5B copied the seed back on 10 of 10 demo minibatches: benchmarks/results/reflection_probe.md),
-# a rule greedy first
+FEWSHOT = 4  # the built-in proposers' demonstrations per component when the few-shot spec does not set k
+# the default `reflection_temperatures` of each kind of request (engine/proposers.py): a whole rewrite sampled,
+# since a small model answering greedily copies the seed back, and a rule greedy first (docs/design-notes.md)
 REWRITE_TEMPERATURES, RULE_TEMPERATURES = (1.0,), (0.0, 0.7, 1.0)
 
 
 def implicit_defaults() -> dict[str, Any]:
-    """What the options left unset stand for in this gepetto, by option. Kept with a stored run: defaults change as
-    they are measured, and a run resumed by a gepetto that reads an unset option otherwise would not continue the
-    same run (runner.py refuses it)."""
+    """What the options left unset stand for in this gepetto, by option, and the run format. Kept with a stored
+    run: defaults change as they are measured, and a run resumed by a gepetto that reads an unset option otherwise
+    would not continue the same run (runner.py refuses it)."""
     return {"fewshot": FEWSHOT,
-            "reflection_temperatures": {"rewrite": list(REWRITE_TEMPERATURES), "rule": list(RULE_TEMPERATURES)}}
+            "reflection_temperatures": {"rewrite": list(REWRITE_TEMPERATURES), "rule": list(RULE_TEMPERATURES)},
+            "format": RUN_FORMAT}
 
-# the swappable strategies of the loop (engine/strategies.py): option -> its built-in names (the first is the
-# default); each option also takes an object given to gepetto.optimize(), stored as python:MODULE:QUALNAME
+# the options that name a strategy (`NAME` or `NAME(knob=value, ...)`: gepetto.specs), by their built-in names (the
+# first is the default); those of STRATEGIES also take an object of one's own given to gepetto.optimize(), stored
+# as python:MODULE:QUALNAME
 STRATEGIES: dict[str, tuple[str, ...]] = {
-    "parent_selector": ("pareto", "current-best", "epsilon-greedy"),
+    "parent_selector": ("auto", "pareto", "current-best", "epsilon-greedy"),
     "component_selector": ("round-robin", "all"),
     "minibatch_sampler": ("epoch-shuffled",),
-    "proposer": ("rewrite", "edit"),
+    "proposer": ("auto", "rewrite", "edit"),
     "accept": ("strict", "non_decreasing", "paired"),
 }
-
-
-class ConfigError(ValueError):
-    """A configuration a user wrote is wrong; the message names the field and what is accepted."""
+SPECS: dict[str, tuple[str, ...]] = {**STRATEGIES, "fewshot": ("fewshot", "off"), "merge": ("merge", "off"),
+                                     "validation": ("full", "racing"), "executor": ("local", "ray")}
 
 
 class UnknownOptionError(ConfigError, TypeError):
@@ -74,7 +77,8 @@ class UnknownOptionError(ConfigError, TypeError):
 def _field(default: Any, description: str, group: str, choices: tuple[str, ...] = (), *,
            cli_aliases: tuple[str, ...] = (), **constraints: Any) -> Any:
     """A field with its description and its CLI group (and other flags for its CLI option, if any)."""
-    extra: dict[str, Any] = {"group": group, **({"choices": list(choices)} if choices else {})}
+    # a field naming a strategy shows its built-in names and takes a spec (gepetto.specs)
+    extra: dict[str, Any] = {"group": group, **({"choices": list(choices), "metavar": "SPEC"} if choices else {})}
     if cli_aliases:
         extra["cli_aliases"] = list(cli_aliases)
     if isinstance(default, (dict, list)):  # a fresh copy for each config
@@ -102,7 +106,8 @@ class _Options(BaseModel):
 
 
 class EngineConfig(_Options):
-    """Options of the loop. Defaults follow the paper where it says, and what works with small LMs otherwise."""
+    """Options of the loop. Defaults follow the paper where it says, and what works with small LMs otherwise; a
+    strategy's own parameters are part of its spec (`edit(rules=3)`, gepetto.specs)."""
 
     budget: int = _field(200, "Rollout budget (one program run on one example).", RUN, ge=1)
     seed: int = _field(0, "Random seed (sampling; built-in tasks: their splits too).", RUN)
@@ -130,47 +135,45 @@ class EngineConfig(_Options):
     rollout_timeout: float | None = _field(
         None, "Seconds one rollout (program and metric) may take; a longer one scores 0 with the timeout as "
         "feedback (default: no limit).", RUN, gt=0)
-    # where rollouts run (engine/executors.py): in this process, or as Ray tasks on the cluster at `ray_address`
-    # (or a local Ray started for the run); in Python also an Executor object. The run is the same either way
-    executor: ExecutorName | Executor = _field(
-        "local", "Where rollouts run: local (this process) or ray (Ray tasks, extra gepetto[ray]; "
-        "docs/integrations.md); in Python also an Executor object.", RUN)
-    ray_address: str | None = _field(None, "With executor ray: the Ray cluster to join (default: $RAY_ADDRESS, "
-                                     "else a local Ray started for the run).", RUN)
+    # where rollouts run (engine/executors.py): in this process, or as Ray tasks on a cluster; in Python also an
+    # Executor object. The run is the same either way
+    executor: str | Executor = _field(
+        "local", "Where rollouts run: local (this process) or ray(address=...) (Ray tasks on the cluster at address, "
+        "default $RAY_ADDRESS or a local Ray; extra gepetto[ray]; docs/integrations.md); in Python also an "
+        "Executor object.", RUN, choices=SPECS["executor"])
     # the search
     minibatch_size: int = _field(3, "Training examples per reflection minibatch.", SEARCH, ge=1)
     seek_failures: int = _field(0, "Up to this many more training examples a parent runs when its minibatch has "
                                 "solved ones, so that reflection sees mistakes (its own component's) in their "
                                 "place; 0: off.", SEARCH, ge=0)
-    # the strategies (engine/strategies.py, docs/strategies.md): a built-in name, or python:MODULE:QUALNAME for an
+    # the strategies (engine/strategies.py, docs/strategies.md): a built-in spec, or python:MODULE:QUALNAME for an
     # object given to gepetto.optimize()
-    parent_selector: str = _field("pareto", "How the parent of a proposal is chosen: pareto (in proportion to the "
-                                  "examples it is best on), current-best, epsilon-greedy (current-best, or with "
-                                  "probability epsilon any candidate).", SEARCH, choices=STRATEGIES["parent_selector"])
-    epsilon: float = _field(0.1, "epsilon-greedy: probability of a random parent.", SEARCH, ge=0, le=1)
+    parent_selector: str = _field("auto", "How the parent of a proposal is chosen: auto (the run's route: "
+                                  "current-best on the labels route, else pareto), pareto (in proportion to the "
+                                  "examples it is best on), current-best, epsilon-greedy(epsilon=0.1) (current-best, "
+                                  "or with probability epsilon any candidate).", SEARCH,
+                                  choices=SPECS["parent_selector"])
     component_selector: str = _field("round-robin", "Which components a proposal changes: round-robin (one, "
-                                     "each parent in turn) or all.", SEARCH, choices=STRATEGIES["component_selector"])
+                                     "each parent in turn) or all.", SEARCH, choices=SPECS["component_selector"])
     minibatch_sampler: str = _field("epoch-shuffled", "Which training examples a parent runs on before reflection: "
                                     "epoch-shuffled (the next ones of a seeded order shuffled each epoch, skipping "
-                                    "solved ones).", SEARCH, choices=STRATEGIES["minibatch_sampler"])
-    accept: str = _field("strict", "A child passes its minibatch test when it scores higher (strict) or "
-                         "at least as high (non_decreasing) as its parent, or (paired, for a noisy task LM or "
-                         "judge) when its mean paired gain exceeds accept_tolerance, a tie being tested again on "
-                         "fresh examples.", SEARCH, choices=STRATEGIES["accept"])
-    accept_tolerance: float = _field(0.0, "accept paired: a mean gain per example within this of 0 is a tie "
-                                     "(tested again once).", SEARCH, ge=0, le=1)
+                                    "solved ones).", SEARCH, choices=SPECS["minibatch_sampler"])
+    accept: str = _field("strict", "A child passes its minibatch test when it scores higher (strict) or at least as "
+                         "high (non_decreasing) as its parent, or (paired(tolerance=0.0), for a noisy task LM or "
+                         "judge) when its mean paired gain exceeds tolerance, a tie being tested again on fresh "
+                         "examples.", SEARCH, choices=SPECS["accept"])
     proposals_per_round: int = _field(1, "Proposals tried at once (faster against slow parallel LM APIs).",
                                       SEARCH, ge=1)
     # racing validation (engine/racing.py): an accepted child runs the validation set in chunks and stops as soon
     # as it provably cannot enter the Pareto front nor become the best (exact: same front and best as a full pass)
-    racing: bool = _field(False, "Validate an accepted child in chunks and stop once it provably can neither "
-                          "enter the Pareto front nor become the best (exact; saves validation rollouts); the "
-                          "budget's tail is spent on a last proposal whose child may end partial.", SEARCH)
-    racing_chunk: int = _field(5, "With racing: validation examples run between two checks.", SEARCH, ge=1)
-    racing_confidence: float | None = _field(
-        None, "With racing: also cut a child once a one-sided sign test says, at this confidence, that a front "
-        "member is better (never below the child, above it on enough examples run; 5 at 0.95). Not exact: "
-        "default none (proof only).", SEARCH, gt=0.5, lt=1)
+    validation: str = _field("full", "How an accepted child is validated: full (every validation example), or "
+                             "racing(chunk=5, confidence=null) (in chunks, stopped once it provably can neither "
+                             "enter the Pareto front nor become the best: exact, saves validation rollouts; with a "
+                             "confidence also on a one-sided sign test, not exact).", SEARCH,
+                             choices=SPECS["validation"])
+    merge: str = _field("merge", "System-aware merge of lineages that share an ancestor: merge(max=30, "
+                        "adaptive=false) (at most max merges; adaptive: tried with a probability learnt from this "
+                        "run's merges) or off.", SEARCH, choices=SPECS["merge"])
     components: tuple[str, ...] | None = _field(
         None, "Components to evolve (YAML list); default: all of the seed's.", SEARCH)
     # component -> what kind of text it is ("a Python regular expression that ..."). A described component is an
@@ -180,77 +183,79 @@ class EngineConfig(_Options):
         None, "What kind of text a component is (YAML mapping component: description); a described component "
         "is an artifact, rewritten whole and kept verbatim.", SEARCH)
     # proposing: "rewrite" is the paper's full rewrite of the component from a minibatch (engine/reflect.py);
-    # "edit" proposes one rule for one frequent mistake, gated on failures and solved cases (engine/edits.py)
-    proposer: str = _field("rewrite", "How children are proposed: rewrite (a whole new text) or edit (one "
-                           "rule per proposal).", REFLECTION, choices=STRATEGIES["proposer"])
+    # "edit" proposes rules for frequent mistakes, gated on failures and solved cases (engine/edits.py); "auto"
+    # takes the run's route, chosen from the examples and the seed's first rollouts (engine/route.py)
+    proposer: str = _field("auto", "How children are proposed: auto (chosen from the seed's first rollouts: "
+                           "edit(rules=3, definitions=60) when the answers are a closed set of labels, else "
+                           "rewrite; edit's and rewrite's parameters given to auto are used by the one chosen), "
+                           "rewrite(max_tokens=700, prompt_chars=6000) (a whole new text), or edit(rules=1, "
+                           "definitions=0, evidence=8, gate_solved=3, rule_max_tokens=90) (rules per proposal; "
+                           "docs/strategies.md).", PROPOSALS, choices=SPECS["proposer"])
+    # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text; on by
+    # default with the built-in proposers (docs/design-notes.md), with a proposer of one's own only when k is set,
+    # and never in a run with no valset apart (it has no example to show)
+    fewshot: str = _field("fewshot", "Few-shot demonstrations (solved training examples) in a component's text: "
+                          f"fewshot(k=null, share=0.5, adaptive=true, gate_solved=3) (at most k per component, "
+                          f"default {FEWSHOT} with a built-in proposer, none when every training example is also a "
+                          "validation example; a share of proposals adds one, learnt as the run goes when "
+                          "adaptive), a number (k), or off.", PROPOSALS, choices=SPECS["fewshot"])
     reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried).",
-                                      REFLECTION, ge=1)
+                                      PROPOSALS, ge=1)
     # None: each kind of request has its own schedule (REWRITE_TEMPERATURES, RULE_TEMPERATURES)
     reflection_temperatures: tuple[float, ...] | None = _field(
         None, "Temperature of each reflection attempt (YAML list; the last one repeats); default: 1.0 for every "
-        "rewrite, 0, 0.7, 1.0 for the edit proposer's rules.", REFLECTION)
-    reflection_max_tokens: int = _field(700, "Longest reflection answer (tokens).", REFLECTION, ge=1)
+        "rewrite, 0, 0.7, 1.0 for the edit proposer's rules.", PROPOSALS)
     max_component_chars: int | None = _field(
         None, "Length budget of each instruction (characters; default none): reflection is told it and longer "
-        "proposals are rejected before any rollout.", REFLECTION, ge=1)
-    reflection_chars: int = _field(6000, "Longest reflection prompt (characters; long traces are cut).",
-                                   REFLECTION, ge=1)
-    evidence_size: int = _field(8, "Paid training rollouts a parent needs before its mistakes are grouped.",
-                                EDIT, ge=0)
-    gate_solved: int = _field(3, "Solved examples added to a child's test, so rules that break them fail.",
-                              EDIT, ge=0)
-    rule_max_tokens: int = _field(90, "Longest rule answer (tokens).", EDIT, ge=1)
-    edit_rules: int = _field(1, "Rules per edit proposal, each for another failure pattern; the child is tested on "
-                             "every pattern's failures and on solved cases, and validated once for all.", EDIT, ge=1)
-    definitions: int = _field(0, "Edit proposer: the run's first proposal on a component runs the parent on up to "
-                              "this many training examples and drafts one rule per right answer seen there (from up "
-                              "to 4 of its inputs), all in one child; 0: off.", EDIT, ge=0)
-    # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text
-    # on by default (FEWSHOT) with the built-in proposers: level with or above no demonstrations on the demo and 3 of
-    # 4 CLINC tasks, in fewer rollouts and less wall time (benchmarks/results/efficiency_demo.md); a proposer of
-    # one's own gets demonstrations only when asked, and a run with no valset apart has no example to show
-    fewshot: int | None = _field(None, "Most demonstrations (solved training examples) per component; 0: none. A "
-                                 f"share of proposals adds one instead of asking reflection. Default: {FEWSHOT} with "
-                                 "a built-in proposer (none when every training example is also a validation "
-                                 "example).", EDIT, ge=0)
-    fewshot_share: float = _field(0.5, "With fewshot: the share of proposals that add a demonstration.", EDIT,
-                                  ge=0, le=1)
-    # on by default: level with the fixed share on the demo, fewer wasted demonstrations where they do not help
-    # (benchmarks/results/efficiency_demo.md, compare_sim_fewshot.md)
-    adaptive_fewshot: bool = _field(True, "With fewshot: learn the share as the run goes, fewshot_share weighted "
-                                    "by how often demonstrations and other proposals passed their tests.", EDIT)
-    use_merge: bool = _field(True, "System-aware merge of lineages that share an ancestor.", MERGE)
-    max_merges: int = _field(30, "Merges at most.", MERGE, ge=0)
-    # how often a due merge is tried, learnt from this run's merges (engine/merge.py `merge_chance`); an iteration
-    # whose merge is skipped, or finds no pair to merge, makes a proposal instead of passing idle
-    adaptive_merge: bool = _field(False, "Try a due merge with probability (merges accepted + 2) / (merges tried + "
-                                  "2), learnt as the run goes; a skipped merge, or one with no pair to merge, "
-                                  "makes room for a proposal in the same iteration.", MERGE)
+        "proposals are rejected before any rollout.", PROPOSALS, ge=1)
     # price table: LM name -> [dollars per million input tokens, per million output tokens]
     prices: dict[str, tuple[float, float]] = _field(
         {}, "Prices per million tokens (YAML mapping LM name: [input, output]), for the cost ledger.", RUN)
 
-    @field_validator(*STRATEGIES)
+    @field_validator(*SPECS, mode="before")
     @classmethod
-    def _strategy_name(cls, v: str, info: ValidationInfo) -> str:
-        names = STRATEGIES[str(info.field_name)]
-        if v in names or (v.startswith(PYTHON) and len(v) > len(PYTHON)):
+    def _spec(cls, v: Any, info: ValidationInfo) -> Any:
+        option = str(info.field_name)
+        if option in STRATEGIES and isinstance(v, str) and v.startswith(PYTHON) and len(v) > len(PYTHON):
+            return v  # an object given to gepetto.optimize()
+        if option in ("fewshot", "merge") and v is False:
+            v = "off"  # (YAML reads `off` as false)
+        number = isinstance(v, int) and not isinstance(v, bool)
+        if option == "fewshot" and (number or (isinstance(v, str) and v.strip().isdigit())):
+            v = f"fewshot(k={int(v)})"  # a number: k
+        if option == "executor" and not isinstance(v, (str, Mapping)) and not is_builtin(option, v):
+            if not cls._executor_objects:
+                raise ValueError(f"a stored run takes an executor by name ({', '.join(SPECS['executor'])}), not an "
+                                 f"object ({type(v).__name__}): run without storage= to use it")
+            if not isinstance(v, Executor):
+                raise ValueError(f"one of {', '.join(SPECS['executor'])} or an Executor object (async run(...) and "
+                                 f"aclose()), got {type(v).__name__}")
             return v
-        raise ValueError(f"Input should be {_one_of(names)} (or an object given to gepetto.optimize())")
+        return canonical(option, v)
 
     @model_validator(mode="after")
     def _strategies_fit(self) -> EngineConfig:
-        if self.component_selector == "all" and self.proposer == "edit":
+        if self.component_selector == "all" and self.proposer_name == "edit":
             raise ValueError("component_selector 'all' needs proposer 'rewrite': the edit proposer changes one "
                              "component per proposal")
-        if self.racing_confidence is not None and not self.racing:
-            raise ValueError("racing_confidence needs racing=True (it is a cut rule of racing validation)")
         return self
 
     @property
+    def proposer_name(self) -> str:
+        """The proposer's name without its parameters ("edit" for "edit(rules=3)")."""
+        return self.proposer if self.proposer.startswith(PYTHON) else parse_spec(self.proposer)[0]
+
+    @property
+    def fewshot_k(self) -> int | None:
+        """The few-shot spec's `k`: the most demonstrations per component (0 when off), None when not set."""
+        name, params = parse_spec(self.fewshot)
+        return 0 if name == "off" else params.get("k")
+
+    @property
     def demonstrations(self) -> int:
-        """Most demonstrations per component with a built-in proposer: `fewshot`, or FEWSHOT when it is not set."""
-        return FEWSHOT if self.fewshot is None else self.fewshot
+        """Most demonstrations per component with a built-in proposer: the few-shot spec's k, else FEWSHOT."""
+        k = self.fewshot_k
+        return FEWSHOT if k is None else k
 
     _executor_objects: ClassVar[bool] = True  # an Executor object is an option of one process, never stored
 
@@ -262,35 +267,14 @@ class EngineConfig(_Options):
             raise ValueError("must be a number of seconds above 0 (or None)")
         return v
 
-    @field_validator("executor", mode="before")
-    @classmethod
-    def _known_executor(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            if v not in EXECUTORS:
-                raise ValueError(f"unknown executor {v!r}; accepted: {', '.join(EXECUTORS)}")
-        elif not cls._executor_objects:
-            raise ValueError(f"a stored run takes an executor by name ({', '.join(EXECUTORS)}), not an object "
-                             f"({type(v).__name__}): run without storage= to use it")
-        elif not isinstance(v, Executor):
-            raise ValueError(f"one of {', '.join(EXECUTORS)} or an Executor object (async run(...) and aclose()), "
-                             f"got {type(v).__name__}")
-        return v
-
 
 ENGINE_FIELDS = frozenset(EngineConfig.model_fields)
-
-# the options a run config of earlier versions kept at its top level; the others of EngineConfig were under
-# `engine:` (still read, from stored runs and config files)
-_OLD_TOP_LEVEL = frozenset({"budget", "seed", "minibatch_size", "max_concurrency", "use_merge", "max_merges",
-                            "time_limit", "patience", "target_score", "proposals_per_round", "proposer",
-                            "max_lm_failures", "lm_retry_pause", "stop_file"})
 
 
 class RunConfig(EngineConfig):
     """Everything that defines a stored run: the engine's options, the task, the LMs and the store's options.
 
-    A config file (YAML or TOML) holds these fields by name, flat; `engine: {...}` (the form of earlier versions,
-    and of the runs they stored) is read too.
+    A config file (YAML or TOML) holds these fields by name, flat.
     """
 
     # a built-in task name, a task target (path/to/file.py:make_task, package.module:make_task), or
@@ -308,9 +292,10 @@ class RunConfig(EngineConfig):
         {}, "Task options KEY=VALUE, e.g. judge_lm=openai:gpt-4.1-mini; for your own make_task, its keyword "
         "arguments.", TASK)
     # a stored run names its executor (an object is EngineConfig's only); it may change on resume
-    executor: ExecutorName = _field(
-        "local", "Where rollouts run: local (this process) or ray (Ray tasks, extra gepetto[ray]; "
-        "docs/integrations.md).", RUN)
+    executor: str = _field(
+        "local", "Where rollouts run: local (this process) or ray(address=...) (Ray tasks on the cluster at address, "
+        "default $RAY_ADDRESS or a local Ray; extra gepetto[ray]; docs/integrations.md).", RUN,
+        choices=SPECS["executor"])
 
     # where else the run is logged (gepetto.tracking): given for each session, never stored
     tracking: TrackingName | None = _field(
@@ -326,11 +311,6 @@ class RunConfig(EngineConfig):
         if isinstance(v, str) and v not in accepted:
             raise ValueError(f"unknown tracking {v!r}; accepted: {', '.join(accepted)}")
         return v
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flatten(cls, data: Any) -> Any:
-        return flatten_engine(data) if isinstance(data, dict) else data
 
     @field_validator("task")
     @classmethod
@@ -379,14 +359,62 @@ class RunConfig(EngineConfig):
         return self.model_dump(exclude=set(SESSION_ONLY))
 
 
+# the options of a run stored in format 1, whose strategies' parameters were options of their own
+_FORMAT_1 = {"epsilon", "accept_tolerance", "racing", "racing_chunk", "racing_confidence", "ray_address",
+             "evidence_size", "gate_solved", "rule_max_tokens", "edit_rules", "definitions", "fewshot_share",
+             "adaptive_fewshot", "use_merge", "max_merges", "adaptive_merge", "reflection_max_tokens",
+             "reflection_chars"}
+
+
+def stored_options(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored run's options in this gepetto's names: those of a run stored in format 1 (before strategies were
+    named with their parameters) written as specs, for reading it (`gepetto evaluate`, `check`); such a run is not
+    resumed (runner.py)."""
+    if not _FORMAT_1 & set(config):
+        return dict(config)
+    old = {"adaptive_fewshot": False, **config}  # (a run stored before it existed had a fixed share)
+    out = {k: v for k, v in old.items() if k not in _FORMAT_1}
+
+    def spec(name: str, **params: Any) -> str:
+        return format_spec(name, {k: v for k, v in params.items() if v is not None})
+
+    if out.get("parent_selector") == "epsilon-greedy":
+        out["parent_selector"] = spec("epsilon-greedy", epsilon=old.get("epsilon"))
+    if out.get("accept") == "paired":
+        out["accept"] = spec("paired", tolerance=old.get("accept_tolerance"))
+    edit = {"rules": old.get("edit_rules"), "definitions": old.get("definitions"), "evidence": old.get("evidence_size"),
+            "gate_solved": old.get("gate_solved"), "rule_max_tokens": old.get("rule_max_tokens")}
+    rewrite = {"max_tokens": old.get("reflection_max_tokens"), "prompt_chars": old.get("reflection_chars")}
+    proposer = out.get("proposer", AUTO)
+    if proposer in (AUTO, "edit", "rewrite"):
+        out["proposer"] = spec(proposer, **rewrite, **({} if proposer == "rewrite" else edit))
+    out["validation"] = spec("racing", chunk=old.get("racing_chunk"), confidence=old.get("racing_confidence")) \
+        if old.get("racing") else "full"
+    out["merge"] = spec("merge", max=old.get("max_merges"), adaptive=old.get("adaptive_merge")) \
+        if old.get("use_merge", True) else "off"
+    out["fewshot"] = spec("fewshot", k=old.get("fewshot"), share=old.get("fewshot_share"),
+                          adaptive=old.get("adaptive_fewshot"), gate_solved=old.get("gate_solved"))
+    if out.get("executor") == "ray":
+        out["executor"] = spec("ray", address=old.get("ray_address"))
+    return out
+
+
+def did_you_mean(name: str, accepted: list[str] | tuple[str, ...]) -> str:
+    """` (did you mean 'budget'?)` for a name close to an accepted one (a typo), else ""."""
+    close = difflib.get_close_matches(name, accepted, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def format_validation_error(exc: ValidationError, model: type[BaseModel] = RunConfig) -> str:
-    """One line per bad field: its name, what is wrong, what was given."""
+    """One line per bad field: its name, what is wrong (with the closest accepted name for an unknown one), what
+    was given."""
     lines = []
     for err in exc.errors():
         field = ".".join(str(x) for x in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = f"unknown option; accepted: {', '.join(model.model_fields)}"
+            hint = did_you_mean(str(err["loc"][-1]), list(model.model_fields)) if err["loc"] else ""
+            msg = f"unknown option{hint}; accepted: {', '.join(model.model_fields)}"
         lines.append(f"{field}: {msg} (got {err.get('input')!r})")
     what = "engine option" if model is EngineConfig else "configuration"
     return f"invalid {what}:\n  " + "\n  ".join(lines)
@@ -416,36 +444,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def flatten_engine(data: dict[str, Any]) -> dict[str, Any]:
-    """Earlier versions kept some engine options under `engine:`; they are plain fields now."""
-    if "engine" not in data:
-        return data
-    data = dict(data)
-    engine = data.pop("engine")
-    if not isinstance(engine, dict):
-        raise ValueError(f"engine: a mapping of engine options, got {type(engine).__name__}")
-    allowed = ENGINE_FIELDS - _OLD_TOP_LEVEL
-    wrong = sorted(set(engine) - allowed)
-    if wrong:
-        raise ValueError(f"unknown engine option(s) {wrong}: options are plain fields now (e.g. `budget: 5`, not "
-                         f"under `engine:`); engine: accepts {', '.join(sorted(allowed))}")
-    twice = sorted(set(engine) & set(data))
-    if twice:
-        raise ValueError(f"{twice} given both as fields and under `engine:`; give each once")
-    return {**data, **engine}
-
-
 def load_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
     """A RunConfig from a YAML or TOML file (optional) plus overrides (None: not given); one ConfigError if wrong."""
     data = read_config_file(path) if path is not None else {}
     given = {k: v for k, v in overrides.items() if v is not None}
-    if "engine" in data and given:  # flatten first, so an override replaces what the file has under `engine:`
-        data = {k: v for k, v in _flat(data).items() if k not in given}
     return RunConfig(**{**data, **given})
 
-
-def _flat(data: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return flatten_engine(data)
-    except ValueError as exc:
-        raise ConfigError(f"invalid configuration:\n  engine: {exc}") from None

@@ -1,4 +1,5 @@
-"""What a run tells its observers: one frozen dataclass per event, why a run stopped, what became of a proposal.
+"""What a run tells its observers: one frozen dataclass per event, why a run stopped, what became of a proposal,
+and what the run returns (`Result`).
 
 The engine calls every callback of `callbacks=[...]` with each event, in order, on the event loop's thread:
 
@@ -17,15 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
+from gepetto.engine.pareto import best_index
 from gepetto.secrets import redact_data
 
 if TYPE_CHECKING:
-    from gepetto.engine.loop import Result
     from gepetto.engine.state import BudgetPlan, CandidateRecord
+    from gepetto.ledger import Ledger
+    from gepetto.types import Candidate
 
 E = TypeVar("E", bound="Event")
 
@@ -66,17 +69,11 @@ class StopReason(str, Enum):
 
     @classmethod
     def parse(cls, stored: str | None) -> StopReason | None:
-        """A stored stop reason: a value, or the prose written by gepetto before stop reasons were typed."""
-        if not stored:
-            return None
+        """A stored stop reason by its value (None when there is none or it is no value of ours)."""
         try:
-            return cls(stored)
+            return cls(stored) if stored else None
         except ValueError:
-            pass
-        for prefix, reason in _OLD_PROSE:
-            if stored.startswith(prefix):
-                return reason
-        return None
+            return None
 
 
 _DEFAULT_MESSAGES = {
@@ -87,15 +84,6 @@ _DEFAULT_MESSAGES = {
     StopReason.STOP_REQUESTED: "stop requested",
     StopReason.COST_LIMIT: "cost limit reached",
 }
-# how runs stored before 0.2 said why they stopped (the human message was the only record)
-_OLD_PROSE = (
-    ("interrupted (SIGTERM)", StopReason.SIGTERM), ("interrupted", StopReason.INTERRUPTED),
-    ("LM unavailable", StopReason.LM_UNAVAILABLE), ("budget", StopReason.BUDGET_EXHAUSTED),
-    ("target score", StopReason.TARGET_REACHED), ("validation score is perfect", StopReason.PERFECT_SCORE),
-    ("time limit", StopReason.TIME_LIMIT), ("no improvement", StopReason.NO_IMPROVEMENT),
-    ("stalled", StopReason.STALLED), ("stop file", StopReason.STOP_FILE),
-    ("stop requested", StopReason.STOP_REQUESTED),
-)
 
 
 @dataclass(frozen=True)
@@ -153,11 +141,6 @@ class Outcome(str, Enum):
         return "accepted" if self is Outcome.ACCEPTED else "skipped" if self.value.startswith("skipped") else "rejected"
 
     @classmethod
-    def rejected(cls, why: str) -> Outcome:
-        """The outcome of a reflection answer vetting refused for `why` ("truncated", "chat reply", ...)."""
-        return cls(f"rejected: {why}")
-
-    @classmethod
     def parse(cls, label: str) -> Outcome | None:
         try:
             return cls(label)
@@ -194,6 +177,21 @@ class PlanMade(Event):
     @property
     def text(self) -> str:
         return self.plan.describe()
+
+
+@dataclass(frozen=True)
+class RouteChosen(Event):
+    """After the seed's validation, an "auto" run chose its route (engine/route.py): its name, why, and the
+    options it set (those the run left to it)."""
+
+    kind: ClassVar[str] = "route"
+    name: str
+    reason: str
+    settings: dict[str, Any]
+
+    def describe(self) -> str:
+        set_ = ", ".join(f"{k}={v}" for k, v in self.settings.items())
+        return f"route {self.name}: {self.reason}" + (f" ({set_})" if set_ else "")
 
 
 @dataclass(frozen=True)
@@ -316,6 +314,60 @@ class IterationEnded(Event):
     candidates: int
 
 
+@dataclass
+class Result:
+    """What a run produced: the best candidate, the whole pool with lineage and scores, and the costs."""
+
+    best_candidate: Candidate
+    best_score: float
+    seed_score: float
+    candidates: list[CandidateRecord]
+    pareto_front: list[int]
+    rollouts_used: int
+    budget: int
+    ledger: Ledger
+    stop_reason: StopReason
+    stop_message: str  # the reason for people ("no improvement for 20 iterations")
+    iterations: int
+    proposals: dict[Outcome, int]  # what became of each proposal and merge
+    history: list[tuple[int, float]]
+    wall_seconds: float
+    # candidates whose validation a stop interrupted: scores on the examples paid so far (index -1). They are
+    # not in the pool and never chosen as best on partial scores; a resumed run replays their rollouts for free
+    partial_candidates: list[CandidateRecord] = field(default_factory=list)
+    # children whose validation racing cut short (EngineConfig.racing), with the validation scores paid for
+    # (index -1): provably never on the front nor the best, so not in the pool
+    raced_out: list[CandidateRecord] = field(default_factory=list)
+
+    @property
+    def best_index(self) -> int:
+        return best_index([c.mean for c in self.candidates], [c.evident for c in self.candidates]) or 0
+
+    def summary(self) -> str:
+        t = self.ledger.total()
+        scores = (f"validation score {self.seed_score:.3f} (seed) -> {self.best_score:.3f} (best, candidate "
+                  f"{self.best_index})" if self.candidates else "no candidate validated (not even the seed)")
+        return (
+            f"{scores}; {len(self.candidates)} candidates, front {len(self.pareto_front)}; "
+            f"{self.rollouts_used}/{self.budget} rollouts; {self.iterations} iterations; "
+            f"{t.calls} LM calls, {t.input_tokens}+{t.output_tokens} tokens; {self.wall_seconds:.1f}s; "
+            f"stopped: {self.stop_message}"
+            + (f"; {len(self.raced_out)} validations raced out" if self.raced_out else "")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "best_candidate": self.best_candidate.to_dict(), "best_score": self.best_score,
+            "seed_score": self.seed_score, "candidates": [c.to_dict() for c in self.candidates],
+            "pareto_front": self.pareto_front, "rollouts_used": self.rollouts_used, "budget": self.budget,
+            "ledger": self.ledger.to_dict(), "stop_reason": self.stop_reason.value, "stop_message": self.stop_message,
+            "iterations": self.iterations, "proposals": {str(k): v for k, v in self.proposals.items()},
+            "history": self.history, "wall_seconds": self.wall_seconds,
+            "partial_candidates": [c.to_dict() for c in self.partial_candidates],
+            "raced_out": [c.to_dict() for c in self.raced_out],
+        }
+
+
 @dataclass(frozen=True)
 class RunEnded(Event):
     """The run is over; `result.stop_reason` says why."""
@@ -342,6 +394,6 @@ def as_callbacks(callbacks: Callbacks) -> list[Callback]:
 
 __all__ = [
     "Callback", "CandidateAdded", "Event", "IterationEnded", "LMFailed", "MergeTested", "Outcome", "PhaseStarted",
-    "PlanMade", "ProposalTested", "ReflectionAnswered", "ReflectionFailed", "RolloutFinished", "RunEnded", "Stop",
-    "StopReason", "ValidationCut", "as_callbacks",
+    "PlanMade", "ProposalTested", "ReflectionAnswered", "ReflectionFailed", "Result", "RolloutFinished",
+    "RouteChosen", "RunEnded", "Stop", "StopReason", "ValidationCut", "as_callbacks",
 ]

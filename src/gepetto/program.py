@@ -11,18 +11,22 @@ as a trace entry like those of `ctx.lm`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
+import copy
+import dataclasses
 import inspect
 import json
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from gepetto.lm.base import LM, Completion, LMError, LMUnavailable, Message
-from gepetto.types import Candidate, Example, Score, ScoreRangeError
+from gepetto.types import Candidate, Example, Score, ScoreRangeError, valid_text
 
 Program = Callable[[Candidate, Example, "Context"], Any]  # may be sync or async
 Metric = Callable[[Example, Any, "list[TraceEntry]"], "Score | float | Awaitable[Score | float]"]
@@ -58,6 +62,36 @@ def render_value(value: Any) -> str:
         return str(value)
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def settled(value: Any) -> Any:
+    """A program's output as a run keeps it: JSON data, the same whether the rollout was just run or read back from
+    the run store on resume (so reflection is shown the same text either way). Sets are sorted, tuples become
+    lists, mapping keys strings, and other objects (a dataclass, a datetime) their `str`, without memory addresses.
+    The metric is given the output itself, before this."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, Mapping):
+        return {_key(k): settled(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [settled(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((settled(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True, ensure_ascii=False))
+    return valid_text(_ADDRESS.sub("", str(value)))
+
+
+def _key(key: Any) -> str:
+    """A mapping key as JSON makes it (1 -> "1", True -> "true", None -> "null"); others by their `str`."""
+    if isinstance(key, str):
+        return valid_text(key)
+    if key is None or isinstance(key, (bool, int, float)):
+        return json.dumps(key)
+    return valid_text(_ADDRESS.sub("", str(key)))
+
+
 def render_messages(messages: Sequence[Message]) -> str:
     if len(messages) == 1:
         return messages[0].get("content", "")
@@ -73,6 +107,8 @@ class Context:
     lm_params: Mapping[str, Any] = field(default_factory=dict)
     trace: list[TraceEntry] = field(default_factory=list)
     _loop: asyncio.AbstractEventLoop | None = None
+    _cut: threading.Event = field(default_factory=threading.Event)  # the rollout is over: no more LM calls
+    _pending: set[concurrent.futures.Future] = field(default_factory=set)  # a sync program's calls in flight
 
     def lm(self, component: str, user: str | Sequence[Message], **params: Any) -> Any:
         """Call the task LM with `component`'s text as system prompt; records a trace entry.
@@ -90,7 +126,23 @@ class Context:
         if self._loop is None:
             coro.close()
             raise RuntimeError("ctx.lm called outside a gepetto run")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        if self._cut.is_set():  # a sync program abandoned by rollout_timeout: it pays for nothing more
+            coro.close()
+            raise RolloutCut("this rollout is over (cut by rollout_timeout, or the run stopped): no more LM calls")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        self._pending.add(future)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise RolloutCut("this rollout is over (cut by rollout_timeout, or the run stopped)") from None
+        finally:
+            self._pending.discard(future)
+
+    def _close(self) -> None:
+        """End the rollout for the program's thread too: its LM calls in flight are cancelled, later ones refused."""
+        self._cut.set()
+        for future in list(self._pending):
+            future.cancel()
 
     def record(self, component: str, *, inputs: Any, output: Any, feedback: str | None = None) -> Any:
         """Record what `component` did on this run when it is used outside `ctx.lm` (a regex applied, a tool
@@ -116,12 +168,20 @@ class Context:
         self.trace.append(TraceEntry(component, render_messages(rest), out.text, out.finish_reason))
         if out.finish_reason == "error":
             raise LMError(out.text or "the LM returned an error")
-        check_answer(component, out.text, {**self.lm_params, **params})
+        check_answer(component, out.text, {**self.lm_params, **params}, out.finish_reason)
         return out.text
 
 
-def check_answer(component: str, text: str, params: Mapping[str, Any]) -> None:
+class RolloutCut(RuntimeError):
+    """A program's LM call after its rollout ended (a sync program left running by `rollout_timeout`)."""
+
+
+def check_answer(component: str, text: str, params: Mapping[str, Any], finish_reason: str = "stop") -> None:
     """Garbage from the LM fails the rollout with a clear line: an empty answer, or invalid JSON when JSON was asked."""
+    if not text.strip() and finish_reason == "tool_calls":
+        raise LMError(f"the LM answered component {component!r} with tool calls only, no text: ctx.lm returns the "
+                      "text of an answer and runs no tools; ask for a text answer (say so in the instruction, or "
+                      "offer no tools), or call a tool-using client yourself and record it with ctx.record")
     if not text.strip():
         raise LMError(f"the LM gave an empty answer for component {component!r}")
     if params.get("response_format") is not None:
@@ -186,9 +246,11 @@ async def run_rollout(
     """
     ctx = Context(candidate, task_lm, dict(lm_params or {}), _loop=asyncio.get_running_loop())
     stage = "program"
+    given = example  # the program and the metric get copies of their own: a change to one stays there
 
     async def judged() -> Rollout:
         nonlocal stage
+        example = _own_copy(given)
         if _is_async(program):
             output = await program(candidate, example, ctx)
         else:
@@ -200,10 +262,10 @@ async def run_rollout(
             if inspect.isawaitable(output):
                 output = await output
         stage = "metric"
-        result = metric(example, output, ctx.trace)
+        result = metric(_own_copy(given), output, ctx.trace)
         if inspect.isawaitable(result):
             result = await result
-        return Rollout(example.id, Score.coerce(result), output, ctx.trace)
+        return Rollout(given.id, Score.coerce(result), settled(output), ctx.trace)
 
     started = time.monotonic()
     try:
@@ -221,7 +283,18 @@ async def run_rollout(
         else:
             msg = f"{type(exc).__name__}: {exc}"
             feedback = f"The {stage} raised an error on this example, so it scored 0. Error: {msg}"
-        return Rollout(example.id, Score(0.0, feedback), None, ctx.trace, error=msg, stage=stage)
+        return Rollout(given.id, Score(0.0, feedback), None, ctx.trace, error=msg, stage=stage)
+    finally:
+        ctx._close()
+
+
+def _own_copy(example: Example) -> Example:
+    """`example` with inputs and gold of its own: what one rollout's program and metric may change as they like."""
+    try:
+        inputs, gold = copy.deepcopy((dict(example.inputs), example.gold))
+    except Exception:  # an object that cannot be copied (a lock, a client): the mapping at least is the rollout's
+        inputs, gold = dict(example.inputs), example.gold
+    return dataclasses.replace(example, inputs=inputs, gold=gold)
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future:
@@ -301,3 +374,28 @@ class Task:
     description: str = ""
     expert_candidate: Candidate | None = None  # a hand-written strong prompt, to measure the headroom
     baseline: Any = None  # a trivial constant output (e.g. the majority label), scored by the metric
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs rollouts: the program on one example for one candidate, judged by the metric.
+
+    Contract (what the engine relies on, so that every executor gives the same run):
+    - `run(...)` returns what `gepetto.program.run_rollout(...)` returns for the same arguments: a `Rollout`, in
+      which an error of the program or the metric is a score-0 rollout with the error as feedback, as is a rollout
+      that took longer than `timeout` seconds (the engine's `rollout_timeout`; None: no limit); and it raises
+      `LMUnavailable` (or a subclass) when the LM infrastructure gave no answer, so the engine retries later and
+      nothing is counted.
+    - Every LM call is accounted as if made through `task_lm`: when `task_lm` is a `MeteredLM`, its calls end in
+      that ledger under that role. An executor that calls a copy of the LM elsewhere replays its calls there.
+    - It keeps no result of its own: the engine counts each returned rollout once against the budget and stores
+      it (the run store lives with the engine), so the budget contract and exact resume do not depend on it.
+    - Cancelling the awaiting task gives the rollout up (remote work may be cancelled); it is neither counted
+      nor stored. Calls arrive concurrently, at most `max_concurrency` at a time.
+    - `aclose()` releases what the executor itself started (not what it was given); it may be called twice.
+    """
+
+    async def run(self, program: Program, metric: Metric, candidate: Candidate, example: Example, task_lm: LM,
+                  lm_params: Mapping[str, Any] | None = None, *, timeout: float | None = None) -> Rollout: ...
+
+    async def aclose(self) -> None: ...

@@ -37,24 +37,29 @@ class ProgressDisplay:
         self._fields: dict[str, Any] = {"phase": "starting", "best": "-", "front": 0}
 
     def __enter__(self) -> ProgressDisplay:
-        if not self.quiet:
-            self._progress = Progress(
-                TextColumn("[bold]{task.fields[phase]:<10}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("rollouts  best {task.fields[best]}  front {task.fields[front]}"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=self.console,
-                transient=False,
-            )
-            self._progress.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:
             self._progress.__exit__(*exc)
+            self._progress = None
+
+    def _start(self) -> None:
+        """Show the bar, once the run has a plan: a run refused while it loads leaves no empty display behind."""
+        if self.quiet or self._progress is not None:
+            return
+        self._progress = Progress(
+            TextColumn("[bold]{task.fields[phase]:<10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("rollouts  best {task.fields[best]}  front {task.fields[front]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self._progress.__enter__()
 
     def _print(self, *parts: str | tuple[str, str]) -> None:
         """Print plain strings and (string, style) pairs as one line of Text: no markup is parsed."""
@@ -65,8 +70,11 @@ class ProgressDisplay:
         match event:
             case ev.PlanMade(plan=plan):
                 self._print((_data(event.text), "dim"))
-                if self._progress is not None:
+                self._start()
+                if self._progress is not None and self._task is None:
                     self._task = self._progress.add_task("run", total=plan.budget, **self._fields)
+            case ev.RouteChosen():
+                self._print((_data(event.describe()), "dim"))
             case ev.RolloutFinished(used=used):
                 self._update(completed=used)
             case ev.PhaseStarted(phase=phase):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 import warnings
@@ -19,12 +20,22 @@ from pathlib import Path
 from typing import Any
 
 from gepetto import events as ev
-from gepetto.api import as_examples, build_engine, candidate_and_program, drive_engine
+from gepetto.assembly import (
+    as_examples,
+    assemble_engine,
+    candidate_and_program,
+    drive_engine,
+    engine_config,
+    lm_config_errors,
+    lm_label,
+    strategy_objects,
+)
 from gepetto.config import (
     DEFAULT_REFLECTION_LM,
     DEFAULT_TASK_LM,
     PYTHON,
     RESUMABLE_CHANGES,
+    RUN_FORMAT,
     SESSION_ONLY,
     CacheMode,
     ConfigError,
@@ -33,13 +44,24 @@ from gepetto.config import (
     implicit_defaults,
     load_config,
 )
-from gepetto.engine.loop import Engine, Result
+from gepetto.engine.loop import Engine
 from gepetto.engine.strategies import label
+from gepetto.events import Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM
+from gepetto.presets import preset_budget
 from gepetto.program import Metric, MetricError, Program, Task
-from gepetto.secrets import redact
-from gepetto.store.sqlite import RecordedLM, RunStore, StoredRollouts, StoreError, dumps
+from gepetto.secrets import REDACTED, redact, redact_data
+from gepetto.store.sqlite import (
+    LAST_ANSWER,
+    RecordedLM,
+    RunInfo,
+    RunStore,
+    StoredRollouts,
+    StoreError,
+    dumps,
+    run_in_use,
+)
 from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
 from gepetto.types import Candidate, Example
 
@@ -68,7 +90,7 @@ def _task_kwargs(cfg: RunConfig, ledger: Ledger) -> dict[str, Any]:
 def load_run_task(cfg: RunConfig, ledger: Ledger) -> Task:
     """The Task a config names: a built-in task, or a user's task target called with the task options."""
     from gepetto.tasks import TASKS, load_task
-    from gepetto.usertask import TargetError, load_target
+    from gepetto.usertask import TargetError, UserCodeError, load_target
 
     if cfg.task.startswith(PYTHON):
         raise ConfigError(f"task {cfg.task!r} is a program given to gepetto.optimize() in Python: resume the run by "
@@ -83,20 +105,18 @@ def load_run_task(cfg: RunConfig, ledger: Ledger) -> Task:
         return load_target(cfg.task, **_option_values(cfg))
     except TargetError as exc:
         raise ConfigError(str(exc)) from None
+    except UserCodeError as exc:
+        if isinstance(exc.error, ConfigError):  # make_task's own way to say its options are wrong
+            raise ConfigError(f"{cfg.task}: {exc.error}") from exc
+        raise
 
 
-def _cached(lm: Any, storage: Path, mode: CacheMode) -> Any:
+def _cached(lm: Any, storage: str | Path, mode: CacheMode) -> Any:
     if mode == "off":
         return lm
-    import sqlite3
-
     from gepetto.lm.cache import CachedLM
-    from gepetto.store.sqlite import store_error
 
-    try:
-        return CachedLM(lm, storage, mode=mode)
-    except sqlite3.Error as exc:
-        raise store_error(storage, exc) from None
+    return CachedLM(lm, storage, mode=mode)  # (a store that cannot be used raises StoreError)
 
 
 def _as_stored(obj: Any) -> Any:
@@ -104,15 +124,42 @@ def _as_stored(obj: Any) -> Any:
     return json.loads(dumps(obj))
 
 
+def _stored_config(name: str, storage: str | Path, config: Mapping[str, Any]) -> RunConfig:
+    """A stored run's configuration; one this gepetto cannot load says that it came from the store."""
+    try:
+        return RunConfig(**config)
+    except ConfigError as exc:
+        raise ConfigError(f"run {name!r} in {storage}: its stored configuration does not load in this gepetto "
+                          f"(it was written by another version, a newer one if an option is unknown here): {exc}\n"
+                          "Resume it with the gepetto version that started it, or start a new run") from None
+
+
 def _resumed_config(name: str, stored: RunConfig, cfg: RunConfig, explicit: set[str], hint: str) -> RunConfig:
-    """The stored configuration, with the options in `explicit` that may change on resume taken from `cfg`."""
+    """The stored configuration, with the options in `explicit` that may change on resume taken from `cfg`, and
+    those the store keeps redacted (a password in an LM's URL) taken from `cfg` when they redact the same."""
     asked = cfg.model_dump(include=explicit - SESSION_ONLY)
-    clash = sorted(k for k, v in asked.items() if getattr(stored, k) != v and k not in RESUMABLE_CHANGES)
+    same = {k for k, v in asked.items() if getattr(stored, k) in (v, redact_data(v))}
+    clash = sorted(k for k in asked if k not in same and k not in RESUMABLE_CHANGES)
     if clash:
         shown = "; ".join(f"{k}: stored {getattr(stored, k)!r}, now {asked[k]!r}" for k in clash)
         raise ConfigError(redact(f"run {name!r} exists with other settings for {clash} ({shown}); {hint}"))
+    secret = sorted(k for k, v in stored.model_dump(exclude=set(asked) | SESSION_ONLY).items() if REDACTED in str(v))
+    if secret:
+        raise ConfigError(f"run {name!r}: {', '.join(secret)} held a secret (such as a password in a URL), which "
+                          f"is never stored: give {'it' if len(secret) == 1 else 'them'} again to resume the run")
     session = {k: getattr(cfg, k) for k in SESSION_ONLY}  # a stop file is this session's, never stored
-    return stored.model_copy(update={**{k: v for k, v in asked.items() if k in RESUMABLE_CHANGES}, **session})
+    return stored.model_copy(update={**{k: v for k, v in asked.items() if k in RESUMABLE_CHANGES or k in same},
+                                     **session})
+
+
+def _check_budget(store: RunStore, name: str, info: RunInfo, cfg: RunConfig) -> None:
+    """A budget below the rollouts a run has used would end it short of where it got, its result worse than the
+    stored one: refused, saying what the run used."""
+    used = max(int((info.result or {}).get("rollouts_used") or 0), store.count_rollouts(name))
+    if cfg.budget < used:
+        raise ConfigError(f"run {name!r} has used {used} rollouts; a budget of {cfg.budget} would end it short of "
+                          f"where it got, with a worse result than the one stored: give a budget of at least {used} "
+                          "to go on with it, or look at it with `gepetto show` / `gepetto export`")
 
 
 def _differences(stored: Mapping[str, Any], given: Mapping[str, Any]) -> str:
@@ -153,16 +200,33 @@ def _check_same_inputs(store: RunStore, name: str, task: Task, hint: str) -> Non
         raise ConfigError(f"run {name!r} was started on other examples ({'; '.join(problems)}); {hint}")
 
 
+def _check_format(store: RunStore, name: str) -> None:
+    """A resumed run must have been stored in this gepetto's run format (`RUN_FORMAT`, kept with its first
+    session): in another, its options and its proposals' random numbers read otherwise, and it would take another
+    path. Raises ConfigError saying so."""
+    then = _first_session(store, name).get("defaults") or {}
+    stored = then.get("format", 1)  # (format 1 did not say it; a run older than the defaults kept is of it too)
+    if stored != RUN_FORMAT:
+        raise ConfigError(f"run {name!r} was stored by an earlier gepetto (run format {stored}, this one writes "
+                          f"{RUN_FORMAT}: strategies named with their parameters, and the proposals' random numbers "
+                          f"drawn otherwise): resumed here it would not continue the same run, so it is not resumed. "
+                          f"Start a new run, or resume it with the gepetto version that started it; `gepetto show`, "
+                          f"`report`, `export` and `evaluate` still read it")
+
+
+def _unset(cfg: RunConfig, option: str) -> bool:
+    """Whether `cfg` leaves `option` (a key of implicit_defaults) to the gepetto's default."""
+    return cfg.fewshot_k is None if option == "fewshot" else getattr(cfg, option) is None
+
+
 def _check_same_defaults(store: RunStore, name: str, cfg: RunConfig) -> None:
     """A resumed run's unset options must stand for what they stood for when it started (they are kept with its
     first session): a gepetto whose defaults have changed since would not continue the same run. Raises
     ConfigError naming them."""
-    then = _first_session(store, name).get("defaults")  # None: a run stored before defaults were kept
-    if then is None:
-        return
-    now = implicit_defaults()
+    then = _first_session(store, name).get("defaults") or {}
+    now = {k: v for k, v in implicit_defaults().items() if k != "format"}  # (the format: `_check_format`)
     changed = [f"{option}: {then.get(option)} then, {value} now" for option, value in now.items()
-               if getattr(cfg, option) is None and then.get(option) != value]
+               if _unset(cfg, option) and then.get(option) != value]
     if changed:
         raise ConfigError(f"run {name!r} was started by a gepetto whose defaults differ from this one's "
                           f"({'; '.join(changed)}): resumed here it would not continue the same run. Resume it "
@@ -175,6 +239,44 @@ def _label(task: str) -> str:
         return task.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
     where = task.rpartition(":")[0]
     return Path(where).stem if where.endswith(".py") else where.rsplit(".", 1)[-1] if where else task
+
+
+def _new_name(store: RunStore, base: str) -> str:
+    """A generated run name no run in the store has (two runs started within a second are two runs)."""
+    name, n = base, 1
+    while store.get_run(name) is not None:
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+class _StillOwned:
+    """A stop condition of a run in a shared store: the session ends, its step in flight cancelled, as soon as the
+    heartbeat finds that another process has taken the run over (this one went unheard for longer than the
+    store's grace period: asleep, or cut off from the server)."""
+
+    def __init__(self, store: RunStore, name: str) -> None:
+        self.store, self.name = store, name
+        self.message = f"run {name!r} was taken over by another process"
+
+    def __call__(self, _status: Any) -> str | None:
+        return None if self.store.owns(self.name) else self.message
+
+    def arm(self, stop: Callable[..., None]) -> Callable[[], None]:
+        loop = asyncio.get_running_loop()
+
+        def lost() -> None:  # (called from the heartbeat's thread)
+            loop.call_soon_threadsafe(stop, ev.StopReason.CONDITION, self.message)
+
+        return self.store.watch_ownership(self.name, lost)
+
+
+def _with_owner_check(stop: Any, store: RunStore, name: str) -> Any:
+    """`stop`, and in a shared store `_StillOwned`."""
+    if not store.shared:
+        return stop
+    given = [] if stop is None else [stop] if isinstance(stop, str) or callable(stop) else list(stop)
+    return [*given, _StillOwned(store, name)]
 
 
 TaskFactory = Callable[[RunConfig, Ledger], Task]
@@ -195,6 +297,7 @@ class StoredRun:
     rollouts: StoredRollouts
     ledger: Ledger
     session: int
+    previous: RunInfo | None = None  # the run as stored when this session began (None: a new run)
 
     async def run_async(self, *, own_loop: bool = False) -> Result:
         """Run in the running event loop; `own_loop`: it is ours, so signals stop the run and LMs are closed."""
@@ -215,11 +318,29 @@ class StoredRun:
         # a run stopped by a Ctrl-C, SIGTERM or a failing LM endpoint has more to do: resuming it goes on
         status = "interrupted" if result.stop_reason.resumable else "finished"
         store.save_ledger(name, self.ledger.to_dict())
-        store.finish_run(name, status, result.to_dict())
+        before = self._further_before(result)
+        if before is not None:
+            status = before.status
+        store.finish_run(name, status, result.to_dict(), keep_result=before is not None)
         store.add_event(name, "done", {"session": self.session, "replayed_rollouts": self.rollouts.replayed,
                                        "stop_reason": result.stop_reason.value, "stop_message": result.stop_message})
         self._check_retraced(status)
         return result
+
+    def _further_before(self, result: Result) -> RunInfo | None:
+        """The run as stored before this session when it had got further than this session (a shorter limit on a
+        resumed run: `time_limit`, `patience`, ...). A resume retraces the stored path, so a result from earlier on
+        it is never better: the stored result is kept, and a warning says so."""
+        before = self.previous
+        old = (before.result or {}) if before is not None else {}
+        if before is None or int(old.get("rollouts_used") or 0) <= result.rollouts_used:
+            return None
+        best = old.get("best_score")
+        warnings.warn(f"run {self.name!r} had got further before ({old['rollouts_used']} rollouts, best "
+                      f"{best if best is None else format(best, '.3f')}) than this session's limits let it "
+                      f"({result.rollouts_used} rollouts, stopped: {result.stop_message}): the stored result is "
+                      "kept", RuntimeWarning, stacklevel=3)
+        return before
 
     def _check_retraced(self, status: str) -> None:
         """Warn (and log a `diverged` event) when a resumed session that ran to its end took another path than
@@ -244,7 +365,7 @@ class StoredRun:
     def tracking_info(self) -> dict[str, Any]:
         """What a tracker (gepetto.tracking) is started with: the run's name, configuration, ledger and store."""
         return {"name": self.name, "params": {"run": self.name, **self.config.model_dump()}, "ledger": self.ledger,
-                "store_path": self.store.path}
+                "store_path": self.store.storage}
 
 
 def open_run(
@@ -261,6 +382,7 @@ def open_run(
     reflection_lm: LM | None = None,
     strategies: Mapping[str, Any] | None = None,
     stop: Any = None,
+    preset: str | None = None,
 ) -> StoredRun:
     """Create the run `run` in the store, or reopen it to resume; the one path every stored run takes.
 
@@ -269,55 +391,92 @@ def open_run(
     says what differs (ending with `hint`). `task_lm`/`reflection_lm`: LM objects to use instead of building
     them from the config's names. `stop_file`: overrides the config's (it is this session's, never stored).
     `strategies`: strategy objects (their labels are in the config), `stop`: extra stop conditions (this session's).
+    `preset` (gepetto.presets: light, medium, heavy) sizes a new run's budget to its task, unless `budget` is in
+    `explicit`; an existing run keeps its stored budget, so a preset for it is refused.
     """
     if stop_file is not None:
         cfg = cfg.model_copy(update={"stop_file": stop_file})
     from gepetto.lm.names import make_lm
 
-    storage = Path(storage)
     store = RunStore(storage)
-    name = run or f"{_label(cfg.task)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = run or _new_name(store, f"{_label(cfg.task)}-{time.strftime('%Y%m%d-%H%M%S')}")
     info = store.get_run(name)
     resumed = info is not None
+    if preset is not None and resumed:
+        raise ConfigError(f"run {name!r} exists and keeps the budget it was given; a preset sizes a new run only: "
+                          "resume it without a preset (--budget N gives it more rollouts), or start a new run")
     if info is not None:
-        # a run stored before adaptive_fewshot existed had a fixed few-shot share: it resumes with one
-        stored = RunConfig(**{"adaptive_fewshot": False, **info.config})
-        cfg = _resumed_config(name, stored, cfg, explicit or set(), hint)
+        if info.owned_elsewhere:  # (checked again when the run is claimed, in one transaction)
+            raise run_in_use(name, info.pid, info.host if info.remote else None)
+        _check_format(store, name)
+        cfg = _resumed_config(name, _stored_config(name, store.path, info.config), cfg, explicit or set(), hint)
         _check_same_defaults(store, name, cfg)
+        _check_budget(store, name, info, cfg)
     ledger = Ledger.from_dict(store.ledger(name))  # costs of earlier sessions of this run stay counted
     ledger.prices = dict(cfg.prices)
     task = make_task(cfg, ledger)
     if info is not None:
         _check_same_inputs(store, name, task, hint)
+    elif preset is not None and "budget" not in (explicit or set()):
+        cfg = cfg.model_copy(update={"budget": preset_budget(
+            preset, n_val=len(task.valset), n_components=len(cfg.components or task.seed_candidate),
+            config=cfg.engine_config())})
     rollouts = StoredRollouts(store, name)
     # reflection answers (and errors) are kept with the run and replayed on resume, even sampled ones and with
     # the cache off: that is what makes resume exact
-    task_lm = _cached(task_lm if task_lm is not None else make_lm(cfg.task_lm), storage, cfg.cache)
-    reflection_lm = RecordedLM(_cached(reflection_lm if reflection_lm is not None else make_lm(cfg.reflection_lm),
-                                       storage, "off" if cfg.cache == "off" else "always"), store, name)
+    with lm_config_errors():  # a missing API key: a configuration error, found before anything is paid
+        task_lm = _cached(task_lm if task_lm is not None else make_lm(cfg.task_lm), storage, cfg.cache)
+        reflection_lm = RecordedLM(_cached(reflection_lm if reflection_lm is not None else make_lm(cfg.reflection_lm),
+                                           storage, "off" if cfg.cache == "off" else "always"), store, name)
     session = len(store.events(name, "start"))
+    # the proposal each asyncio task is making (the proposals of a round run in tasks of their own): its id, parent
+    # and component, given to the reflection events so the report can show each proposal's transcript
+    proposing: dict[int, dict[str, Any]] = {}
+    counter = itertools.count()
+
+    def proposal() -> dict[str, Any]:
+        return proposing.get(id(asyncio.current_task()), {})
 
     def record(event: ev.Event) -> None:
+        if isinstance(event, (ev.RolloutFinished, ev.ReflectionAnswered, ev.ReflectionFailed, ev.LMFailed)):
+            store.save_ledger(name, ledger.to_dict())  # a kill loses no cost already incurred
         match event:
             case ev.CandidateAdded(record=rec):
                 store.put_candidate(name, rec)
-            case ev.RolloutFinished() | ev.ReflectionAnswered() | ev.ReflectionFailed() | ev.LMFailed():
-                store.save_ledger(name, ledger.to_dict())  # a kill loses no cost already incurred
+            case ev.PhaseStarted(phase="minibatch", candidate=parent, component=component):
+                proposing[id(asyncio.current_task())] = {"proposal": f"{session}.{next(counter)}", "parent": parent,
+                                                         "component": component}
+            case ev.ReflectionAnswered(attempt=attempt, rejected=rejected):
+                # the prompt and the whole answer are kept with the answer (lm_answers, under `key`)
+                store.add_event(name, event.kind, {"session": session, **proposal(), "key": LAST_ANSWER.get(),
+                                                   "attempt": attempt,
+                                                   "rejected": None if rejected is None else rejected.value})
+            case ev.ReflectionFailed(error=error):
+                store.add_event(name, event.kind, {"session": session, **proposal(), "key": LAST_ANSWER.get(),
+                                                   "error": error})
             case ev.ValidationCut(record=rec):  # not in the pool: kept as an event (snapshot, report)
                 store.add_event(name, event.kind, {"session": session, **rec.to_dict(), "evaluated": event.evaluated,
                                                    "total": event.total, "dominated_by": event.dominated_by,
                                                    "reason": event.reason})
-            case ev.ProposalTested() | ev.MergeTested():
+            case ev.ProposalTested():
+                data = {k: v for k, v in event.to_dict().items() if v is not None}
+                store.add_event(name, event.kind, {"session": session, **data,
+                                                   "proposal": proposal().get("proposal")})
+            case ev.MergeTested():
                 data = {k: v for k, v in event.to_dict().items() if v is not None}
                 store.add_event(name, event.kind, {"session": session, **data})
             case ev.PlanMade():
                 store.add_event(name, event.kind, {"session": session, "text": event.text})
+            case ev.RouteChosen():
+                store.add_event(name, event.kind, {"session": session, "text": event.describe(), **event.to_dict()})
 
-    # built (and its inputs checked) before the store is written: a refused start leaves no run behind
-    engine = build_engine(
+    # built (its inputs and LM endpoints checked) before the store is written: a refused start leaves no run behind
+    given = strategies or {}
+    engine = assemble_engine(
         task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
         task_lm=task_lm, reflection_lm=reflection_lm, callbacks=[record, *ev.as_callbacks(callbacks)],
-        rollout_store=rollouts, ledger=ledger, config=cfg.engine_config(), stop=stop, **(strategies or {}))
+        rollout_store=rollouts, ledger=ledger, config=engine_config(cfg.engine_config(), given),
+        strategies=strategy_objects(given), stop=_with_owner_check(stop, store, name))
     if info is None:
         store.create_run(name, cfg.stored(), cfg.seed)
         store.put_examples(name, "train", task.trainset)
@@ -330,7 +489,7 @@ def open_run(
     first = {} if resumed else {"seed_candidate": task.seed_candidate.to_dict(), "defaults": implicit_defaults()}
     store.add_event(name, "start", {"session": session, "resumed": resumed,
                                     "stored_rollouts": rollouts.stored_at_start, **first})
-    return StoredRun(store, name, cfg, task, engine, rollouts, ledger, session)
+    return StoredRun(store, name, cfg, task, engine, rollouts, ledger, session, info)
 
 
 def start_or_resume(
@@ -342,22 +501,19 @@ def start_or_resume(
     stop_file: str | None = None,
     explicit: set[str] | None = None,
     tracking: str | Tracker | None = None,
+    preset: str | None = None,
 ) -> tuple[str, Result]:
     """Run `cfg` (a built-in task or a task target) under the name `run` in the store; resume it if it exists.
 
     On resume the stored configuration wins; options in `explicit` (given by the user this time) may change
     only if they are in RESUMABLE_CHANGES, otherwise a ConfigError says which differ. `tracking` (default: the
-    config's): "mlflow" (or a tracker object) logs the run there too (gepetto.tracking).
+    config's): "mlflow" (or a tracker object) logs the run there too (gepetto.tracking). `preset`: see `open_run`.
     """
     tracker = make_tracker(tracking if tracking is not None else cfg.tracking)
     stored = open_run(cfg, storage=storage, run=run, explicit=explicit, callbacks=with_tracker(callbacks, tracker),
-                      stop_file=stop_file)
+                      stop_file=stop_file, preset=preset)
     with tracked(tracker, **stored.tracking_info()):
         return stored.name, stored.run()
-
-
-def _lm_label(lm: LM | str) -> str:
-    return lm if isinstance(lm, str) else f"{PYTHON}{getattr(lm, 'name', type(lm).__name__)}"
 
 
 def open_program_run(
@@ -389,7 +545,7 @@ def open_program_run(
     val = as_examples(valset) if valset is not None else train
     objects = not (isinstance(task_lm, str) and isinstance(reflection_lm, str))
     engine = (config or EngineConfig()).model_dump()
-    cfg = load_config(task=PYTHON + identity, task_lm=_lm_label(task_lm), reflection_lm=_lm_label(reflection_lm),
+    cfg = load_config(task=PYTHON + identity, task_lm=lm_label(task_lm), reflection_lm=lm_label(reflection_lm),
                       cache=cache or ("off" if objects else "auto"), **engine)
     task = Task(cfg.task, program, metric, seed, train, val)
     return open_run(cfg, lambda _cfg, _ledger: task, storage=storage, run=run, explicit=set(RunConfig.model_fields),

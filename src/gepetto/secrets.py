@@ -5,14 +5,20 @@ misconfigured server, a key pasted into a prompt). They become rollout feedback,
 the reflection LM, printed and put in reports, so they pass through `redact` first. It removes the values
 of the key variables in use (OPENAI_API_KEY, every `*_API_KEY` / `*_TOKEN` / `*_SECRET` variable in the
 environment with a value of at least 8 characters, and the variables named with `api_key_env`) and text
-shaped like a key (`sk-...`, `Bearer ...`, `hf_...`, `AKIA...`, long tokens after `key=` or `token=`).
+shaped like a key (`sk-...`, `Bearer ...`, `hf_...`, `AKIA...`, long tokens after `key=` or `token=`, the
+password in a URL's `user:password@`).
+
+Redaction applies to what gepetto writes or shows, never to what a program receives: a task LM's answer reaches
+the program as the model said it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +40,8 @@ _SHAPES = re.compile("|".join([
 _SHAPE_TRIGGERS = ("sk-", "bearer", "hf_", "akia", "asia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox",
                    "aiza")
 _ASSIGN_TRIGGERS = ("key", "token", "secret", "passw", "auth")
+# scheme://user:password@host -> keep the scheme, the user and the host, drop the password
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/:@]*:)([^\s/@]+)@")
 # key=..., token: "...", "api_key": "..." -> keep the name, drop a long value (16+ characters with a digit, or hex)
 _ASSIGNED = re.compile(
     r"""(?ix)
@@ -94,6 +102,8 @@ class _Redactor:
             text = _SHAPES.sub(REDACTED, text)
         if any(t in lower for t in _ASSIGN_TRIGGERS):
             text = _ASSIGNED.sub(lambda m: m.group(1) + REDACTED, text)
+        if "://" in text:
+            text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
         return text
 
     def data(self, value: Any) -> Any:
@@ -145,5 +155,23 @@ def create_private_file(path: str | os.PathLike[str]) -> None:
     os.close(fd)
 
 
+def write_private_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` (UTF-8) to `path` readable by its owner only (0600), all or nothing: into a temporary file
+    beside it, then renamed over it, so a failed write (a full disk) leaves the previous file as it was."""
+    target = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=f".{os.path.basename(target)}.",
+                               suffix=".tmp")  # (mkstemp creates it 0600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 __all__ = ["REDACTED", "create_private_file", "redact", "redact_data", "redact_exception", "register_secret_env",
-           "secret_values"]
+           "secret_values", "write_private_text"]

@@ -1,5 +1,6 @@
 """Everything needed to swap a decision of the loop for one's own (docs/strategies.md): the protocols, the built-ins
-and the stop conditions, in one place.
+with their parameters (`EpsilonGreedy(0.2)`, `Edit(rules=3)`, named `epsilon-greedy(epsilon=0.2)`, `edit(rules=3)`
+in files) and the stop conditions, in one place.
 
     import gepetto
     from gepetto.strategies import RunStatus
@@ -13,7 +14,19 @@ and the stop conditions, in one place.
     gepetto.optimize(seed, trainset, metric, parent_selector=newest, stop=good_enough, ...)
 """
 
-from gepetto.engine.proposers import Edit, Proposal, ProposalRequest, Proposer, Rewrite
+from gepetto.engine.executors import LocalExecutor, Ray
+from gepetto.engine.merge import Merge
+from gepetto.engine.proposers import (
+    Auto,
+    Edit,
+    FewShot,
+    Proposal,
+    ProposalRequest,
+    ProposalServices,
+    Proposer,
+    Rewrite,
+)
+from gepetto.engine.racing import Full, Racing
 from gepetto.engine.state import CandidateRecord, RunState
 from gepetto.engine.stopping import (
     AllOf,
@@ -40,18 +53,22 @@ from gepetto.engine.strategies import (
     EpochShuffled,
     EpsilonGreedy,
     MinibatchSampler,
+    NonDecreasing,
+    Paired,
     ParentSelector,
     Pareto,
     RoundRobin,
-    non_decreasing,
-    strict,
+    RouteParent,
+    Strict,
 )
 from gepetto.events import Stop, StopReason
+from gepetto.specs import Off
 
 __all__ = [
-    "Acceptance", "AllComponents", "AllOf", "AnyOf", "BudgetSpent", "CandidateRecord", "ComponentSelector",
-    "CostLimit", "CurrentBest", "Edit", "EpochShuffled", "EpsilonGreedy", "MinibatchSampler", "NoImprovement",
-    "OnSignal", "ParentSelector", "Pareto", "PerfectScore", "Proposal", "ProposalRequest", "Proposer", "Rewrite",
-    "RoundRobin", "RunState", "RunStatus", "Stalled", "Stop", "StopCondition", "StopFile", "StopReason",
-    "TargetScore", "TimeLimit", "all_of", "any_of", "non_decreasing", "strict",
+    "Acceptance", "AllComponents", "AllOf", "AnyOf", "Auto", "BudgetSpent", "CandidateRecord", "ComponentSelector",
+    "CostLimit", "CurrentBest", "Edit", "EpochShuffled", "EpsilonGreedy", "FewShot", "Full", "LocalExecutor",
+    "Merge", "MinibatchSampler", "NoImprovement", "NonDecreasing", "Off", "OnSignal", "Paired", "ParentSelector",
+    "Pareto", "PerfectScore", "Proposal", "ProposalRequest", "ProposalServices", "Proposer", "Racing", "Ray",
+    "Rewrite", "RoundRobin", "RouteParent", "RunState", "RunStatus", "Stalled", "Stop", "StopCondition", "StopFile",
+    "StopReason", "Strict", "TargetScore", "TimeLimit", "all_of", "any_of",
 ]

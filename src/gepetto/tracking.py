@@ -26,7 +26,7 @@ class Tracker(Protocol):
     """A callback that is started before a run and closed after it."""
 
     def start(self, *, name: str | None, params: Mapping[str, Any], ledger: Ledger | None,
-              store_path: Path | None = None) -> None: ...
+              store_path: str | Path | None = None) -> None: ...
 
     def __call__(self, event: Event) -> None: ...
 
@@ -40,7 +40,9 @@ def make_tracker(tracking: str | Tracker | None) -> Tracker | None:
     if isinstance(tracking, str):
         if tracking == "mlflow":
             if importlib.util.find_spec("mlflow") is None:
-                raise ImportError("tracking='mlflow' needs mlflow: pip install 'gepetto[mlflow]'")
+                from gepetto._install import install_hint
+
+                raise ImportError(f"tracking='mlflow' needs mlflow: {install_hint('mlflow')}")
             from gepetto.integrations.mlflow import MlflowTracker
 
             return MlflowTracker()
@@ -59,7 +61,7 @@ def with_tracker(callbacks: Callbacks, tracker: Tracker | None) -> list[Callback
 
 @contextlib.contextmanager
 def tracked(tracker: Tracker | None, *, name: str | None, params: Mapping[str, Any], ledger: Ledger | None,
-            store_path: Path | None = None) -> Iterator[None]:
+            store_path: str | Path | None = None) -> Iterator[None]:
     """Start the tracker, run the body, close it with the body's error (if any)."""
     if tracker is None:
         yield

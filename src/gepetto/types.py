@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import numbers
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +15,74 @@ from typing import Any
 def _stable_hash(obj: Any, length: int = 12) -> str:
     """Short sha256 of a JSON rendering with sorted keys (stable across runs and machines)."""
     blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
+    return hashlib.sha256(valid_text(blob).encode("utf-8")).hexdigest()[:length]
+
+
+def valid_text(text: str) -> str:
+    """`text` as valid Unicode, encodable as UTF-8: a lone surrogate (half of an emoji cut by a token limit, as a
+    JSON body's "\\ud83d" decodes) becomes U+FFFD, a pair split in two code points is joined."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def valid_data(value: Any) -> Any:
+    """`value` itself when every string in it (through mappings, lists, tuples) is valid Unicode; else a copy with
+    them made valid (`valid_text`): data that enters gepetto can then be sent, hashed and stored as UTF-8."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, Mapping):
+        items = [(valid_data(k), valid_data(v)) for k, v in value.items()]
+        same = all(a is k and b is v for (a, b), (k, v) in zip(items, value.items(), strict=True))
+        return value if same else dict(items)
+    if isinstance(value, (list, tuple)):
+        parts = [valid_data(v) for v in value]
+        return value if all(a is b for a, b in zip(parts, value, strict=True)) else type(value)(parts)
+    return value
+
+
+# C0 and C1 control characters but tab, newline and carriage return: nothing a prompt needs, and NUL ends C strings
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def component_text(text: str) -> str:
+    """A candidate component's text: valid Unicode without control characters (tab and newlines kept)."""
+    return _CONTROL.sub("", valid_text(text))
+
+
+class NoCanonicalForm(TypeError):
+    """Example data with no text form that is the same in every process (an example id is a hash of it)."""
+
+
+def canonical(value: Any, where: str = "inputs") -> Any:
+    """`value` as JSON data whose rendering is the same in every process: sets sorted, tuples as lists, objects
+    by their own `str`. An example's id is the hash of its inputs and gold in this form, so a resumed run finds
+    its examples again. Raises NoCanonicalForm for mixed-type mapping keys and objects shown by address."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return valid_text(value) if isinstance(value, str) else value
+    if isinstance(value, Mapping):
+        kinds = {type(k) for k in value}
+        if len(kinds) > 1 or not kinds <= {str, int, float, bool, type(None)}:
+            shown = ", ".join(sorted(t.__name__ for t in kinds))
+            raise NoCanonicalForm(f"the example's {where} hold mapping keys of types {shown}, which have no order "
+                                  "that is the same everywhere: use string keys, or give the example an id "
+                                  "(Example(inputs, gold, id='...'))")
+        return {k: canonical(v, where) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v, where) for v in value]
+    if isinstance(value, (set, frozenset)):
+        items = [canonical(v, where) for v in value]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, ensure_ascii=False))
+    kind = type(value)
+    if kind.__str__ is object.__str__ and kind.__repr__ is object.__repr__:
+        raise NoCanonicalForm(f"the example's {where} hold a {kind.__name__} object, whose text shows its memory "
+                              "address (different in every process): give it a __repr__, use JSON data, or give the "
+                              "example an id (Example(inputs, gold, id='...'))")
+    return valid_text(str(value))
 
 
 class Candidate(Mapping[str, str]):
@@ -29,7 +97,8 @@ class Candidate(Mapping[str, str]):
         for name, text in merged.items():
             if not isinstance(name, str) or not isinstance(text, str):
                 raise TypeError(f"Candidate components must be str -> str, got {name!r}: {type(text).__name__}")
-        self._texts = dict(sorted(merged.items()))
+        # text that comes from an LM (or a user) enters as valid Unicode without control characters (NUL, ...)
+        self._texts = {name: component_text(text) for name, text in sorted(merged.items())}
         self._id = _stable_hash(self._texts)
 
     @property
@@ -81,8 +150,12 @@ class Example:
     def __post_init__(self) -> None:
         if not isinstance(self.inputs, Mapping):
             object.__setattr__(self, "inputs", {"input": self.inputs})
+        # text entering gepetto is valid Unicode (a lone surrogate becomes U+FFFD); valid data is kept as given
+        object.__setattr__(self, "inputs", valid_data(self.inputs))
+        object.__setattr__(self, "gold", valid_data(self.gold))
         if not self.id:
-            object.__setattr__(self, "id", _stable_hash({"inputs": dict(self.inputs), "gold": self.gold}))
+            data = {"inputs": canonical(dict(self.inputs)), "gold": canonical(self.gold, "gold")}
+            object.__setattr__(self, "id", _stable_hash(data))
 
     def __getitem__(self, key: str) -> Any:
         return self.inputs[key]

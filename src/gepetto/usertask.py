@@ -1,17 +1,22 @@
 """A user's own program as a task: `path/to/file.py:make_task` or `package.module:make_task`.
 
 The target is a `gepetto.Task` or a function returning one; task options are passed to the function as
-keyword arguments. Every way this can go wrong (no such file, module or attribute, not a Task) raises one
-`TargetError` that says which and how to fix it.
+keyword arguments. A target that cannot be found or used (no such file, module or attribute, not a Task, options
+the function does not take) raises one `TargetError` that says which and how to fix it; an exception raised by the
+user's own code (importing the file, calling `make_task`) is a `UserCodeError` that keeps it, and names the user's
+file, line and function it came from (`user_frame`).
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import sys
+import sysconfig
+import traceback
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,6 +28,51 @@ FORMS = "path/to/file.py:make_task or package.module:make_task"
 
 class TargetError(ValueError):
     """A task target that cannot be loaded; the message names the target and what is wrong with it."""
+
+
+# where code that is not the user's lives: gepetto itself, the standard library, installed packages
+_NOT_USER = tuple(str(Path(p).resolve()) for p in {
+    str(Path(__file__).resolve().parent), *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib",
+                                                                                "platlib"))})
+
+
+def _is_user_file(filename: str) -> bool:
+    if filename.startswith("<"):  # <frozen importlib._bootstrap>, <string>
+        return False
+    try:
+        path = str(Path(filename).resolve())
+    except OSError:
+        return False
+    return not path.startswith(_NOT_USER)
+
+
+def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of `exc`'s traceback in the user's own code (not gepetto, the standard library or an
+    installed package): where to look. A SyntaxError points at its own file and line."""
+    if isinstance(exc, SyntaxError) and exc.filename and _is_user_file(exc.filename):
+        return traceback.FrameSummary(exc.filename, exc.lineno or 0, "<module>", line=(exc.text or "").strip())
+    frames = traceback.extract_tb(exc.__traceback__)
+    return next((f for f in reversed(frames) if _is_user_file(f.filename)), None)
+
+
+def describe_frame(frame: traceback.FrameSummary) -> str:
+    """`File "x.py", line 7, in make_task` and the source line under it, as a traceback shows them."""
+    text = f'File "{frame.filename}", line {frame.lineno}, in {frame.name}'
+    return text + (f"\n    {frame.line.strip()}" if frame.line else "")
+
+
+class UserCodeError(Exception):
+    """The user's own code raised while gepetto ran it outside a rollout (importing a task file, `make_task`, the
+    program or the metric on a check). `error` is what it raised (also the `__cause__`), `frame` where, in the
+    user's files."""
+
+    def __init__(self, message: str, error: BaseException, stage: str = "") -> None:
+        super().__init__(message)
+        self.error, self.stage = error, stage
+
+    @property
+    def frame(self) -> traceback.FrameSummary | None:
+        return user_frame(self.error)
 
 
 def is_target(spec: str) -> bool:
@@ -59,7 +109,8 @@ def _import_file(path: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
-        raise TargetError(f"task file {path} failed to import: {type(exc).__name__}: {exc}") from exc
+        raise UserCodeError(f"task file {path} failed to import: {type(exc).__name__}: {exc}", exc,
+                            "import") from exc
     return module
 
 
@@ -92,12 +143,20 @@ def load_target(spec: str, **options: Any) -> Task:
     if not callable(obj):
         raise TargetError(f"{spec} is a {type(obj).__name__}; it must be a gepetto.Task or a function returning one")
     try:
-        inspect.signature(obj).bind(**options)
+        signature = inspect.signature(obj)
+        signature.bind(**options)
     except TypeError as exc:
-        raise TargetError(f"{spec} cannot be called with the task options {sorted(options)}: {exc}") from None
+        accepted = [n for n, p in signature.parameters.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        hints = [f"{k!r} (did you mean {close[0]!r}?)" for k in options if k not in signature.parameters
+                 for close in [difflib.get_close_matches(k, accepted, n=1)] if close]
+        hint = f"; {', '.join(hints)}" if hints else ""
+        raise TargetError(f"{spec} cannot be called with the task options {sorted(options)}: {exc}{hint}") from None
     except ValueError:  # no signature to check (some builtins): let the call say
         pass
-    task = obj(**options)
+    try:
+        task = obj(**options)
+    except Exception as exc:
+        raise UserCodeError(f"{spec} raised {type(exc).__name__}: {exc}", exc, "make_task") from exc
     if not isinstance(task, Task):
         raise TargetError(f"{spec} returned a {type(task).__name__}; it must return a gepetto.Task")
     return task

@@ -92,8 +92,8 @@ def kill_inside_transactions(method: str, k: int) -> None:
             self._kill_in_tx = False  # type: ignore[attr-defined]
 
     @contextmanager
-    def tx(self: RunStore) -> Any:
-        with original_tx(self) as db:
+    def tx(self: RunStore, *args: Any, **kwargs: Any) -> Any:
+        with original_tx(self, *args, **kwargs) as db:
             yield db
             if getattr(self, "_kill_in_tx", False):
                 _die(signal.SIGKILL)

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import zip_longest
 
+from gepetto.engine.answers import NO_ANSWER, Diagnosis, confusion, names
 from gepetto.engine.reflect import (
     _CHAT_ASKS,
     _CHAT_OPENERS,
@@ -45,8 +46,10 @@ from gepetto.engine.reflect import (
     echo_fraction,
     has_scaffolding,
     whole_run,
+    with_gold,
 )
 from gepetto.engine.reflect import ReflectionExample as Shown
+from gepetto.events import Outcome
 from gepetto.lm.base import Message
 from gepetto.program import Rollout
 from gepetto.types import Example
@@ -60,12 +63,10 @@ SYSTEM_PROMPT = (
     "talk to the user."
 )
 
-def pattern_of(rollout: Rollout) -> str:
-    """The failure's pattern: the metric's `Score.pattern`, else the first sentence of its feedback."""
-    if rollout.score.pattern:
-        return rollout.score.pattern
-    first = re.split(r"(?<=[.!?])\s", rollout.score.feedback.strip(), maxsplit=1)[0]
-    return first[:120] or "failed"
+def pattern_of(rollout: Rollout, diagnosis: Diagnosis | None = None) -> str:
+    """The failure's pattern (`Diagnosis.pattern`): the metric's `Score.pattern`, else the confusion or the masked
+    feedback the diagnosis derives; without a diagnosis, the masked first sentence of the feedback."""
+    return (diagnosis or Diagnosis(None, {})).pattern(rollout)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class Focus:
 
 
 def positives(rollouts: Iterable[Rollout], answer: str, exclude: set[str], perfect: float, rng: random.Random,
-              k: int = 4) -> list[Rollout]:
+              k: int = 4, diagnosis: Diagnosis | None = None) -> list[Rollout]:
     """Up to `k` rollouts, one per example outside `exclude`, whose right answer is `answer`: solved with an
     output naming it, or failed with a pattern "answered X, expected <answer>" (the right answer is a property of
     the example, so any candidate's rollout shows it). Solved ones come first; the draw depends on `rng` only."""
@@ -91,7 +92,7 @@ def positives(rollouts: Iterable[Rollout], answer: str, exclude: set[str], perfe
             continue
         if r.score.value >= perfect and names_answer(_text(r.output), answer):
             solved.setdefault(r.example_id, r)
-        elif r.score.value < perfect and expected_answer(r.score.pattern or "").lower() == answer.lower():
+        elif r.score.value < perfect and expected_answer(pattern_of(r, diagnosis)).lower() == answer.lower():
             missed.setdefault(r.example_id, r)
     firsts = [solved[i] for i in sorted(solved)]
     rests = [missed[i] for i in sorted(missed) if i not in solved]
@@ -103,6 +104,7 @@ def positives(rollouts: Iterable[Rollout], answer: str, exclude: set[str], perfe
 def choose_focus(
     evidence: Sequence[Rollout], perfect: float, tried: dict[str, list[str]], rng: random.Random,
     *, max_failures: int = 4, max_contrast: int = 3, max_tries: int = 2, skip: Sequence[str] = (),
+    diagnosis: Diagnosis | None = None,
 ) -> Focus | None:
     """Pick a failure pattern (weighted by frequency, skipping exhausted ones and those in `skip`) and the
     examples to show."""
@@ -110,7 +112,7 @@ def choose_focus(
     solved = [r for r in evidence if r.score.value >= perfect]
     groups: dict[str, list[Rollout]] = {}
     for r in failures:
-        groups.setdefault(pattern_of(r), []).append(r)
+        groups.setdefault(pattern_of(r, diagnosis), []).append(r)
     open_groups = {p: rs for p, rs in groups.items() if len(tried.get(p, [])) < max_tries and p not in skip}
     if not open_groups:
         return None
@@ -135,7 +137,7 @@ def shown(rollout: Rollout, component: str, limit: int = 600, example: Example |
     if calls:
         inputs = "\n".join(t.inputs for t in calls)
         output = "\n".join(t.output for t in calls)
-        feedback = component_feedback(rollout, calls)
+        feedback = with_gold(component_feedback(rollout, calls), rollout, example)
     else:
         run = whole_run(rollout, example)
         inputs, output, feedback = run.inputs, run.output, run.feedback
@@ -231,26 +233,20 @@ def copies_pattern(rule: str, pattern: str) -> bool:
     return any(len(c.split()) >= 2 and c in text for c in clauses)
 
 
-_EXPECTED_RE = re.compile(r"^answered\s+\S.*,\s*expected\s+([\w.-]+)$", re.I)
-
-
 def wrong_answer(pattern: str) -> str:
-    """The answer the task LM gave in a confusion pattern "answered X, expected Y" (X), else ""."""
-    m = re.match(r"^answered\s+([\w.-]+),\s*expected\s", pattern, re.I)
-    return m.group(1) if m else ""
+    """The answer the task LM gave in a confusion pattern "answered X, expected Y" (X, unless its output named no
+    answer), else ""."""
+    given = confusion(pattern)[0]
+    return "" if given == NO_ANSWER else given
 
 
 def expected_answer(pattern: str) -> str:
-    """The right answer a confusion pattern names: a metric's `Score.pattern` of the form "answered X,
-    expected Y" (as tasks/intents.py writes them) gives Y; any other pattern gives ""."""
-    m = _EXPECTED_RE.search(pattern)
-    return m.group(1) if m else ""
+    """The right answer a confusion pattern "answered X, expected Y" names (Y: a metric's `Score.pattern`, or the
+    confusion a `Diagnosis` derives); any other pattern gives ""."""
+    return confusion(pattern)[1]
 
 
-def names_answer(rule: str, answer: str) -> bool:
-    """Whether the rule names `answer` (case-insensitive, as a whole word; "_" may be written as a space)."""
-    words = [re.escape(w) for w in re.split(r"[_\s]+", answer) if w]
-    return bool(re.search(r"(?<![\w])" + r"[_\s]+".join(words) + r"(?![\w])", rule, re.I))
+names_answer = names  # whether a rule names an answer as a whole word (answers.names)
 
 
 _NEGATED = re.compile(r"\b(?:not|never|no|none|rather than|instead of|unless|except|other than)\b[^,;.]*", re.I)
@@ -301,50 +297,64 @@ def describes_another(rule: str, answer: str, others: Iterable[str], current: st
     return ""
 
 
+def alternatives(rule: str) -> list[str]:
+    """The conditions a rule joins with "or" ("If the customer asks about A, B or C, answer Z." gives "the customer
+    asks about A", "B" and "C"), each to be checked on its own: one line must not send two kinds of request to one
+    answer."""
+    condition = re.sub(r"^\s*if\s+", "", re.split(r",\s*(?:then\s+)?answer\b", rule, flags=re.I)[0], flags=re.I)
+    if not re.search(r"\bor\b|;", condition):
+        return []
+    parts = [p.strip() for p in re.split(r"\s*(?:;|,\s*(?:or\s+)?|\s+\bor\b\s+)\s*", condition) if p.strip()]
+    return parts if len(parts) > 1 else []
+
+
 def answers_named(text: str) -> list[str]:
     """The answers the instruction's rule lines give ("- If ..., answer Z.")."""
     return [m[-1] for line in text.split("\n") if line.startswith("- ") and (m := _ANSWER_NAMED.findall(line))]
 
 
 def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequence[Shown],
-             pattern: str = "", *, answer: str | None = None, others: Iterable[str] = ()) -> tuple[str, str]:
-    """(rule, why rejected or ""): a rule worth a rollout is short, new, general and free of our markers
+             pattern: str = "", *, answer: str | None = None, others: Iterable[str] = (),
+             split_against: Iterable[str] = ()) -> tuple[str, Outcome | None]:
+    """(rule, why rejected or None): a rule worth a rollout is short, new, general and free of our markers
     (tags, headers, and the failure pattern's own label); when the pattern names the right answer
     ("answered X, expected Y", or `answer` given), the rule must name Y: small models often write the rule
     towards the wrong answer X ("if the customer asks about the card's validity, answer credit_limit_change"),
     and must not be worded for another answer (X, an answer a rule line of `current` gives, or one of `others`:
-    `describes_another`)."""
+    `describes_another`); and none of the conditions it joins with "or" may be worded for another answer (those
+    and `split_against`: `alternatives`)."""
     rule = parse_rule(raw)
     if finish_reason == "length":
         rule, _ = drop_repeats(rule)
         sentences = re.split(r"(?<=[.!?])\s+", rule)
         complete = [s for s in sentences if s.endswith((".", "!", "?"))]
         if not complete:
-            return "", "truncated"
+            return "", Outcome.TRUNCATED
         rule = " ".join(complete)
     if len(rule) < 12:
-        return rule, "empty"
+        return rule, Outcome.EMPTY
     if len(rule) > MAX_RULE_CHARS:
         sentences = re.split(r"(?<=[.!?])\s+", rule)
         rule = " ".join(sentences[:2])[:MAX_RULE_CHARS]
     if _normal(rule) in _normal(current):
-        return rule, "unchanged"
+        return rule, Outcome.UNCHANGED
     if _CHAT_OPENERS.match(rule) or _CHAT_ASKS.search(rule):
-        return rule, "chat reply"
+        return rule, Outcome.CHAT_REPLY
     if has_scaffolding(rule) or (pattern and copies_pattern(rule, pattern)):
-        return rule, "copies our prompt markers"
+        return rule, Outcome.SCAFFOLDING
     answer = expected_answer(pattern) if answer is None else answer
     if answer and not names_answer(rule, answer):
-        return rule, "misses the right answer"
-    if answer and describes_another(rule, answer, [wrong_answer(pattern), *answers_named(current), *others],
-                                    current):
-        return rule, "describes another answer"
+        return rule, Outcome.MISSES_ANSWER
+    rivals = [wrong_answer(pattern), *answers_named(current), *others]
+    if answer and (describes_another(rule, answer, rivals, current) or any(
+            describes_another(part, answer, [*rivals, *split_against], current) for part in alternatives(rule))):
+        return rule, Outcome.DESCRIBES_OTHER
     if echo_fraction(rule, shown_examples) > 0.5:
-        return rule, "echoes the examples"
-    return rule, ""
+        return rule, Outcome.ECHO
+    return rule, None
 
 
-def retry_hint(why: str, pattern: str, *, answer: str | None = None) -> str:
+def retry_hint(why: Outcome, pattern: str, *, answer: str | None = None) -> str:
     """What the reflection LM is told after a refused rule, so the next attempt does not repeat it (`answer`: the
     answer the rule is for when no pattern names it, as in a first draft of the rules)."""
     answer = expected_answer(pattern) if answer is None else answer
@@ -353,18 +363,18 @@ def retry_hint(why: str, pattern: str, *, answer: str | None = None) -> str:
            f"Write a different rule, one sentence in the form \"If <what such an input says or asks>, answer "
            f"{answer}.\", between {RULE_OPEN} and {RULE_CLOSE}.")
     reasons = {
-        "unchanged": "The instruction already says that, and the mistake still happens.",
-        "already tried": "That rule was already tried and did not help.",
-        "echoes the examples": "That copies the inputs; describe the kind of input in general words instead.",
-        "copies our prompt markers": ("That contains headers, tags or the mistake's label from my message; write "
+        Outcome.UNCHANGED: "The instruction already says that, and the mistake still happens.",
+        Outcome.ALREADY_TRIED: "That rule was already tried and did not help.",
+        Outcome.ECHO: "That copies the inputs; describe the kind of input in general words instead.",
+        Outcome.SCAFFOLDING: ("That contains headers, tags or the mistake's label from my message; write "
                                       "only the rule itself, naming the right answer."),
-        "chat reply": "Do not talk to me; write the rule for the assistant.",
-        "misses the right answer": f"The right answer here is {answer}; the rule must say when to answer it.",
-        "describes another answer": (f"That rule describes the inputs of another answer, not those of {answer}; "
+        Outcome.CHAT_REPLY: "Do not talk to me; write the rule for the assistant.",
+        Outcome.MISSES_ANSWER: f"The right answer here is {answer}; the rule must say when to answer it.",
+        Outcome.DESCRIBES_OTHER: (f"That rule describes the inputs of another answer, not those of {answer}; "
                                      f"describe what the inputs whose right answer is {answer} ask for."),
-        "over the length budget": "That rule makes the instruction too long; write a shorter one.",
+        Outcome.OVER_LENGTH: "That rule makes the instruction too long; write a shorter one.",
     }
-    return f"{reasons.get(why, f'That answer was not usable ({why}).')} {ask}"
+    return f"{reasons.get(why, f'That answer was not usable ({why.reason}).')} {ask}"
 
 
 def apply_rule(current: str, rule: str, answer: str = "") -> str:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import random
 import time
+import warnings
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,21 +24,25 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from gepetto import events as ev
-from gepetto.config import ConfigError, EngineConfig
-from gepetto.engine import racing, stopping
+from gepetto.config import AUTO, ConfigError, EngineConfig
+from gepetto.engine import answers, racing, route, stopping
 from gepetto.engine.executors import Executor, make_executor
-from gepetto.engine.merge import find_merge, merge_chance
-from gepetto.engine.pareto import best_index
+from gepetto.engine.merge import Merge, find_merge, merge_chance
 from gepetto.engine.proposers import ProposalRequest, as_proposal, over_length
+from gepetto.engine.racing import Racing
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.engine.strategies import Strategies, retest_examples
-from gepetto.events import Outcome, Stop, StopReason
+from gepetto.events import Outcome, Result, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
 from gepetto.program import Metric, Program, Rollout, check_metric
-from gepetto.types import Candidate, Example
+from gepetto.specs import build
+from gepetto.types import Candidate, Example, Score
 
 T = TypeVar("T")
+# the seed string of each proposal's random generator: part of every run's path, so a change to it is a new run
+# format (config.RUN_FORMAT), whose stored runs the older gepetto refuses to resume and the other way round
+PROPOSAL_RNG = "{seed}:{iteration}:proposal"
 
 
 class RolloutStore(Protocol):
@@ -45,59 +51,6 @@ class RolloutStore(Protocol):
     def get(self, candidate_id: str, example_id: str) -> Rollout | None: ...
 
     def put(self, candidate: Candidate, example_id: str, rollout: Rollout) -> None: ...
-
-
-@dataclass
-class Result:
-    """What a run produced: the best candidate, the whole pool with lineage and scores, and the costs."""
-
-    best_candidate: Candidate
-    best_score: float
-    seed_score: float
-    candidates: list[CandidateRecord]
-    pareto_front: list[int]
-    rollouts_used: int
-    budget: int
-    ledger: Ledger
-    stop_reason: StopReason
-    stop_message: str  # the reason for people ("no improvement for 20 iterations")
-    iterations: int
-    proposals: dict[Outcome, int]  # what became of each proposal and merge
-    history: list[tuple[int, float]]
-    wall_seconds: float
-    # candidates whose validation a stop interrupted: scores on the examples paid so far (index -1). They are
-    # not in the pool and never chosen as best on partial scores; a resumed run replays their rollouts for free
-    partial_candidates: list[CandidateRecord] = field(default_factory=list)
-    # children whose validation racing cut short (EngineConfig.racing), with the validation scores paid for
-    # (index -1): provably never on the front nor the best, so not in the pool
-    raced_out: list[CandidateRecord] = field(default_factory=list)
-
-    @property
-    def best_index(self) -> int:
-        return best_index([c.mean for c in self.candidates]) or 0
-
-    def summary(self) -> str:
-        t = self.ledger.total()
-        return (
-            f"validation score {self.seed_score:.3f} (seed) -> {self.best_score:.3f} (best, candidate "
-            f"{self.best_index}); {len(self.candidates)} candidates, front {len(self.pareto_front)}; "
-            f"{self.rollouts_used}/{self.budget} rollouts; {self.iterations} iterations; "
-            f"{t.calls} LM calls, {t.input_tokens}+{t.output_tokens} tokens; {self.wall_seconds:.1f}s; "
-            f"stopped: {self.stop_message}"
-            + (f"; {len(self.raced_out)} validations raced out" if self.raced_out else "")
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "best_candidate": self.best_candidate.to_dict(), "best_score": self.best_score,
-            "seed_score": self.seed_score, "candidates": [c.to_dict() for c in self.candidates],
-            "pareto_front": self.pareto_front, "rollouts_used": self.rollouts_used, "budget": self.budget,
-            "ledger": self.ledger.to_dict(), "stop_reason": self.stop_reason.value, "stop_message": self.stop_message,
-            "iterations": self.iterations, "proposals": {str(k): v for k, v in self.proposals.items()},
-            "history": self.history, "wall_seconds": self.wall_seconds,
-            "partial_candidates": [c.to_dict() for c in self.partial_candidates],
-            "raced_out": [c.to_dict() for c in self.raced_out],
-        }
 
 
 class _OutOfBudget(Exception):
@@ -124,11 +77,46 @@ class _Plan:
 
 @dataclass
 class _Turn:
-    """Proposals of a round claim their texts in plan order: each waits until the one before has claimed a text
-    or given up, so which proposal owns a text never depends on which reflection answer arrived first."""
+    """Proposals of a round claim their texts in plan order: each waits until the ones before it have claimed a
+    text or given up, so which proposal owns a text never depends on which reflection answer arrived first. A
+    proposal that gives up early passes its turn on only once the one before it has (`pass_on`): else a later
+    proposal could claim a text an earlier one is still to claim."""
 
-    before: asyncio.Event | None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    before: asyncio.Future | None
+    done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def pass_on(self) -> None:
+        if self.done.done():
+            return
+        if self.before is None or self.before.done():
+            self.done.set_result(None)
+        else:
+            self.before.add_done_callback(lambda _: self.pass_on())
+
+
+@dataclass(frozen=True)
+class _Services:
+    """What the engine does for the proposal of plan iteration `iteration` (proposers.ProposalServices): the
+    children it may not propose again are those tried before the round began, and what it puts off is told at the
+    round's end."""
+
+    engine: Engine
+    iteration: int
+
+    async def reflect(self, messages: list[Message], params: dict[str, Any]) -> Completion | None:
+        return await self.engine._reflect(messages, params)
+
+    def tried(self, candidate: Candidate) -> bool:
+        return candidate.id in self.engine._settled_tried
+
+    def count(self, outcome: Outcome) -> None:
+        self.engine.state.proposals[outcome] += 1
+
+    def emit(self, event: ev.Event) -> None:
+        self.engine._emit(event)
+
+    def later(self, fn: Callable[[], None]) -> None:
+        self.engine._later.setdefault(self.iteration, []).append(fn)
 
 
 class Engine:
@@ -157,7 +145,18 @@ class Engine:
     ) -> None:
         cfg = config or EngineConfig()
         _check_inputs(seed_candidate, trainset, valset, cfg)
-        self.config = cfg = _fewshot_set(cfg, trainset, valset)
+        cfg = _fewshot_set(cfg, trainset, valset)
+        # "auto" strategies follow the route the seed's validation shows (`_settle_route`); a proposer given
+        # explicitly settles the options left to the route as they were before routes existed
+        self._routed = cfg.proposer_name == AUTO and (strategies or {}).get("proposer") is None
+        self._asked = cfg  # (the auto proposer's parameters, for the warning once the route is settled)
+        if not self._routed:
+            cfg = route.settle(cfg, route.GIVEN)[0]
+        self.config = cfg
+        merge, racing_ = build("merge", cfg.merge), build("validation", cfg.validation)
+        self.merge: Merge | None = merge if isinstance(merge, Merge) else None
+        self.racing: Racing | None = racing_ if isinstance(racing_, Racing) else None
+        self._given_strategies = dict(strategies or {})
         self.program, self.metric, self.seed = program, metric, seed_candidate
         self.trainset, self.valset = list(trainset), list(valset)
         self.components = list(cfg.components or seed_candidate.keys())
@@ -171,10 +170,8 @@ class Engine:
         self.executor: Executor = make_executor(cfg.executor, cfg)
         self.strategies = Strategies.resolve(cfg, strategies)
         self.stop_conditions = [*stopping.from_config(cfg, len(self.trainset)), *stopping.as_conditions(stop)]
-        child_test = getattr(self.strategies.proposer, "test_size", None) or cfg.minibatch_size
-        retests = 2 * child_test * getattr(self.strategies.accept, "retests", 0)
-        self.plan: BudgetPlan = plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size + cfg.seek_failures,
-                                            child_test, retests)
+        self.plan: BudgetPlan = self._budget_plan()
+        self.route: route.Route | None = None  # settled after the seed's validation
         self._stop: Stop | None = None
         self._current: asyncio.Future | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -192,6 +189,8 @@ class Engine:
         self._idle = 0
         self._since_improvement = 0
         self._lm_failures = 0  # LM infrastructure failures in a row
+        self._lm_answered = 0  # LM calls (rollouts, reflection) answered in this session
+        self._answered_at_give_up = 0  # ... when the last rollout was given up on (`_retrying`)
         self._t0 = time.monotonic()
 
     # ---- public control -------------------------------------------------------------------------
@@ -212,13 +211,15 @@ class Engine:
         self._emit(ev.PlanMade(self.plan))
         try:
             await self._guarded(self._add_candidate(self.seed, (), "seed", None))
+            if self._stop is None:
+                self._settle_route()
             while self._stop is None:
                 self._stop = self._check_stop(conditions)
                 if self._stop:
                     break
                 before = st.rollouts_used
                 best_before = st.best().mean
-                merging = cfg.use_merge and st.merges_due > 0 and st.merges_done < cfg.max_merges
+                merging = self.merge is not None and st.merges_due > 0 and st.merges_done < self.merge.max
                 await self._guarded(self._merge_step() if merging else self._reflective_round())
                 self._idle = 0 if st.rollouts_used > before else self._idle + 1
                 self._since_improvement = 0 if st.best().mean > best_before else self._since_improvement + 1
@@ -230,6 +231,32 @@ class Engine:
         result = self._result(self._stop or Stop(StopReason.STOP_REQUESTED), time.monotonic() - self._t0)
         self._emit(ev.RunEnded(result))
         return result
+
+    def _budget_plan(self) -> BudgetPlan:
+        cfg = self.config
+        child_test = self.strategies.proposer.test_size or cfg.minibatch_size
+        retests = 2 * child_test * self.strategies.accept.retests
+        return plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size + cfg.seek_failures, child_test, retests)
+
+    def _settle_route(self) -> None:
+        """What the seed's validation shows of the answers (`state.answers`, `state.answering`), the route of an
+        "auto" run and the strategies it names, then the budget plan."""
+        st, cfg = self.state, self.config
+        runs = [r for e in self.valset if (r := st.known(self.seed, e.id)) is not None]
+        st.answers = answers.from_golds(self.trainset, self.valset) or answers.from_outputs(runs, cfg.perfect_score)
+        st.answering = route.answering(self.components, runs) if st.answers is not None else ()
+        if self._routed:
+            chosen = route.choose(st.answers, st.answering, runs, one_component=cfg.component_selector != "all")
+            self.config, self.route = route.settle(cfg, chosen)
+            self.strategies = Strategies.resolve(self.config, self._given_strategies)
+            self._emit(ev.RouteChosen(self.route.name, self.route.reason, dict(self.route.settings)))
+            plan, self.plan = self.plan, self._budget_plan()
+            if self.plan != plan:  # the route's proposer tests its children on more examples
+                self._emit(ev.PlanMade(self.plan))
+        idle = route.idle_options(self._asked, self.config)
+        if idle:
+            warnings.warn(f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with the rewrite "
+                          "proposer (they set the edit proposer's rules)", RuntimeWarning, stacklevel=2)
 
     def _emit(self, event: ev.Event) -> None:
         for callback in self.callbacks:
@@ -266,17 +293,16 @@ class Engine:
         components = tuple(s.component_selector(st, parent_idx, self.components, rng))
         if not components or any(c not in self.components for c in components):
             raise ValueError(f"the component selector chose {components}; it may choose among {self.components}")
-        own = getattr(s.proposer, "minibatch", None)  # a proposer may choose the examples itself (edit does)
-        batch = own(st, parent, components, self.trainset) if own is not None else None
+        batch = s.proposer.minibatch(st, parent, components, self.trainset)  # (edit picks its own examples)
         test = self.plan.child_test if batch is not None else 0
         reserve: list[Example] = []
         if batch is None:
             batch = s.minibatch_sampler(st, parent, self.trainset, rng)
             # a proposer that may pick its own test examples (few-shot's) says how many at most
-            test = max(len(batch), getattr(s.proposer, "test_size", None) or 0)
+            test = max(len(batch), s.proposer.test_size or 0)
             reserve = self._reserve(parent, batch, rng)
         unknown = sum(st.known(parent, e.id) is None for e in batch) + len(reserve)
-        retests = 2 * test * getattr(s.accept, "retests", 0)  # an acceptance that may test again (parent and child)
+        retests = 2 * test * s.accept.retests  # an acceptance that may test again (parent and child)
         return _Plan(st.iteration, parent_idx, components, batch, test, unknown + test + retests + len(self.valset),
                      tuple(reserve))
 
@@ -340,7 +366,7 @@ class Engine:
             try:
                 return await self._try_proposal(plan, turn)
             finally:
-                turn.done.set()  # gave up before claiming a text (or failed): the next proposal may decide
+                turn.pass_on()  # gave up before claiming a text (or failed): the next may decide after the earlier
 
         self._settled, self._settled_tried = frozenset(st.rollouts), frozenset(self._tried)
         turns: list[_Turn] = []
@@ -359,7 +385,7 @@ class Engine:
                     child, scores, origin = outcome
                     if scores is not None:  # (None: raced out; it still asks for a merge, as it would have)
                         self._commit(child, (plan.parent_idx,), origin, plan.component, scores, plan.iteration)
-                    if cfg.use_merge:
+                    if self.merge is not None:
                         st.merges_due += 1
 
     def _as_of_round(self, parent: Candidate, batch: list[Example]) -> RunState:
@@ -375,9 +401,9 @@ class Engine:
         fits, a proposer that reads `ProposalRequest.test_room` (`fits_test_room`) still gets a last proposal, one
         tested on its minibatch."""
         proposer, n = self.strategies.proposer, len(plan.batch)
-        if not getattr(proposer, "fits_test_room", False) or getattr(proposer, "minibatch", None) or plan.test <= n:
+        if not proposer.fits_test_room or plan.test <= n:
             return plan
-        saved = (plan.test - n) * (1 + 2 * getattr(self.strategies.accept, "retests", 0))
+        saved = (plan.test - n) * (1 + 2 * self.strategies.accept.retests)
         return replace(plan, test=n, cost=plan.cost - saved)
 
     def _tail_fits(self, plan: _Plan) -> bool:
@@ -386,7 +412,7 @@ class Engine:
         neither cut nor fully validated when the budget runs out is left a partial candidate (never the best;
         a resume with a larger budget finishes its validation)."""
         n = len(self.valset)
-        return self.config.racing and plan.cost - n + min(self.config.racing_chunk, n) <= self.state.remaining
+        return self.racing is not None and plan.cost - n + min(self.racing.chunk, n) <= self.state.remaining
 
     def _outcome(self, task: asyncio.Future, iteration: int
                  ) -> tuple[Candidate, dict[str, float] | None, str] | None:
@@ -409,12 +435,11 @@ class Engine:
         parent_runs, ran = await self._evaluate(parent, plan.batch), plan.batch
         if plan.reserve:
             plan, parent_runs, ran = await self._seek_failures(plan, parent, parent_runs)
-        # (the rng's name is the edit proposer's, its first user: renaming it would change every edit run)
+        rng = random.Random(PROPOSAL_RNG.format(seed=self.config.seed, iteration=plan.iteration))
         request = ProposalRequest(parent, plan.parent_idx, plan.components, plan.batch, parent_runs, plan.iteration,
-                                  random.Random(f"{self.config.seed}:{plan.iteration}:edit"), self.config,
-                                  self._as_of_round(parent, ran), self.trainset, self._reflect,
-                                  lambda c: c.id in self._settled_tried, self._count, self._emit, plan.test,
-                                  self._later.setdefault(plan.iteration, []).append)
+                                  rng, self.config,
+                                  self._as_of_round(parent, ran), self.trainset, _Services(self, plan.iteration),
+                                  plan.test)
         proposal = as_proposal(await self.strategies.proposer.propose(request), request)
         if proposal is None:
             return None
@@ -452,7 +477,7 @@ class Engine:
         `after` (in place). None asks for a re-test (strategies.Acceptance), within the rollouts set aside."""
         accept, used = self.strategies.accept, {e.id for e in test}
         verdict = accept(before, after)
-        for k in range(getattr(accept, "retests", 0)):
+        for k in range(accept.retests):
             if verdict is not None:
                 break
             fresh = retest_examples(self.trainset, used, len(test),
@@ -466,23 +491,20 @@ class Engine:
             verdict = accept(before, after)
         return bool(verdict), len(used) - len(test)
 
-    def _count(self, outcome: Outcome) -> None:
-        self.state.proposals[outcome] += 1
-
     async def _claim(self, child: Candidate, turn: _Turn | None) -> bool:
         """Mark `child` as tried; False if it already was. Within a round, in plan order (see `_Turn`)."""
         if turn is not None and turn.before is not None:
-            await turn.before.wait()
+            await asyncio.shield(turn.before)  # (shielded: a stop that cancels this proposal leaves the chain whole)
         fresh = child.id not in self._tried
         self._tried.add(child.id)
         if turn is not None:
-            turn.done.set()
+            turn.pass_on()
         return fresh
 
     async def _merge_step(self) -> None:
         """A due merge; with adaptive_merge, a reflective round in the same iteration when no merge was tested
         (skipped by the draw, or no pair to merge), so no iteration passes without work."""
-        if not await self._try_merge() and self.config.adaptive_merge:
+        if not await self._try_merge() and self.merge is not None and self.merge.adaptive:
             await self._reflective_round()
 
     async def _try_merge(self) -> bool:
@@ -490,7 +512,7 @@ class Engine:
         cfg, st = self.config, self.state
         rng = self._rng()
         st.merges_due -= 1
-        if cfg.adaptive_merge:  # tried with a probability learnt from this run's merges (engine/merge.py)
+        if self.merge is not None and self.merge.adaptive:  # tried with a probability learnt from its merges
             tried = st.proposals[Outcome.MERGE_ACCEPTED] + st.proposals[Outcome.MERGE_REJECTED]
             if rng.random() >= merge_chance(st.proposals[Outcome.MERGE_ACCEPTED], tried):
                 return False
@@ -551,7 +573,8 @@ class Engine:
             try:
                 run = store.get(*key) if store is not None else None
                 if run is None:
-                    run = await self._retrying(self._run_rollout, sem, candidate, ex)
+                    run = await self._retrying(self._run_rollout, sem, candidate, ex,
+                                               give_up=functools.partial(_unanswered, ex))
                     if store is not None:
                         store.put(candidate, ex.id, run)
                 st.rollouts[key] = run
@@ -576,20 +599,32 @@ class Engine:
             return await self.executor.run(self.program, self.metric, candidate, ex, self.task_lm,
                                            self.config.task_lm_params, timeout=self.config.rollout_timeout)
 
-    async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any,
+                        give_up: Callable[[LMUnavailable], T] | None = None, **kwargs: Any) -> T:
         """`call(...)`, made again while the LM infrastructure fails (LMUnavailable: no answer, so no result to
         keep, count or store). Stops the run when that cannot heal (LMSetupError) or keeps happening: on
-        `max_lm_failures` failures in a row, or of this one call (one that always fails while others answer)."""
-        cfg, tries = self.config, 0
+        `max_lm_failures` failures in a row, or of this one call. With `give_up` (a rollout), a call that fails
+        `max_lm_failures` times while the LM answers others is this input's failure, not an outage: `give_up(error)`
+        is its result. "Answers others": a call answered since this one first failed, or, calls made one at a time,
+        every failure in the row is this call's and a call was answered since the last input given up on (so an
+        outage met by calls made one at a time fails one rollout at most, then stops the run)."""
+        cfg, tries, answered = self.config, 0, 0
         while True:
             try:
                 out = await call(*args, **kwargs)
             except LMUnavailable as exc:
                 self._lm_failures += 1
                 tries += 1
+                answered = self._lm_answered if tries == 1 else answered
                 error = f"{type(exc).__name__}: {exc}"
+                alone = self._lm_answered > answered or (self._lm_failures == tries
+                                                          and self._lm_answered > self._answered_at_give_up)
                 if isinstance(exc, LMSetupError):
                     what = ""
+                elif give_up is not None and tries >= cfg.max_lm_failures and alone:
+                    self._lm_failures = max(0, self._lm_failures - tries)  # this input's failures, not the LM's
+                    self._answered_at_give_up = self._lm_answered
+                    return give_up(exc)
                 elif self._lm_failures >= cfg.max_lm_failures:
                     what = f"{self._lm_failures} LM calls in a row failed; "
                 elif tries >= cfg.max_lm_failures:
@@ -603,6 +638,7 @@ class Engine:
                                   f"is kept; fix the LM and resume)")
                 raise asyncio.CancelledError from exc
             self._lm_failures = 0
+            self._lm_answered += 1
             return out
 
     async def _add_candidate(
@@ -630,17 +666,17 @@ class Engine:
     async def _validate_child(self, child: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
                               iteration: int) -> dict[str, float] | None:
         """A child's validation scores: the whole set, or with racing, None when it was raced out."""
-        if not self.config.racing:
+        if self.racing is None:
             return await self._validate(child, parents, origin, component, iteration)
         self._begin_validation(child, parents, origin, component, iteration)
-        st, chunk = self.state, self.config.racing_chunk
+        st, chunk = self.state, self.racing.chunk
         ids, by_id = st.val_ids, {e.id: e for e in self.valset}
         front = st.archive.front_scores.copy()  # the front cannot change before the child is committed
         parent_row = np.mean([st.archive.scores[p] for p in parents], axis=0)
         free = {e for e in ids if (child.id, e) in st.rollouts}  # known in this run's path (a resume replays it)
         rng = random.Random(f"{self.config.seed}:{iteration}:race:{child.id}")
         pos = {e: j for j, e in enumerate(ids)}
-        confidence = self.config.racing_confidence  # the sign test wants examples in no informed order
+        confidence = self.racing.confidence  # the sign test wants examples in no informed order
         todo = [pos[e] for e in racing.validation_order(ids, front, parent_row.tolist(), free, rng,
                                                          informed=confidence is None)]
         got: dict[str, float] = {}
@@ -682,7 +718,7 @@ class Engine:
         why = (f"candidate {dominator} is at least as good on the {k} examples run (better on one) and scores 1.0 "
                f"on the {n - k} left" if not losses else
                f"candidate {dominator} is at least as good on the {k} examples run and better on {losses} (sign "
-               f"test, confidence {self.config.racing_confidence}); {n - k} examples not run")
+               f"test, confidence {self.racing.confidence if self.racing else None}); {n - k} examples not run")
         self._emit(ev.ValidationCut(rec, k, n, dominator, why))
 
     def _commit(self, candidate: Candidate, parents: tuple[int, ...], origin: str, component: str | None,
@@ -742,6 +778,13 @@ class Engine:
                       dict(st.proposals), list(st.history), seconds, partial, list(self._raced_out))
 
 
+def _unanswered(example: Example, exc: LMUnavailable) -> Rollout:
+    """The failed rollout of an input the LM never answers (past its retries) while it answers the others."""
+    msg = f"{type(exc).__name__}: {exc}"
+    return Rollout(example.id, Score(0.0, "The LM gave no answer on this example, past its retries, while it answered "
+                                     f"the others, so it scored 0. Error: {msg}"), error=msg, stage="program")
+
+
 def _check_prices(cfg: EngineConfig, ledger: Ledger, names: Sequence[str]) -> None:
     """A spend limit needs prices of the LMs it spends on: without them the ledger counts $0 and it never stops."""
     if cfg.max_cost_usd is not None and not any(n in ledger.prices for n in names):
@@ -752,12 +795,12 @@ def _check_prices(cfg: EngineConfig, ledger: Ledger, names: Sequence[str]) -> No
 
 
 def _fewshot_set(cfg: EngineConfig, trainset: Sequence[Example], valset: Sequence[Example]) -> EngineConfig:
-    """`fewshot` not set: the built-in proposers show demonstrations (config.FEWSHOT) when some training example is
-    not also a validation example, none otherwise (one would be scored with its own answer in its prompt); only an
-    explicit `fewshot` warns about that (FewShot._sources)."""
-    if cfg.fewshot is not None or {e.id for e in trainset} - {e.id for e in valset}:
+    """The few-shot spec's `k` not set: the built-in proposers show demonstrations (config.FEWSHOT) when some
+    training example is not also a validation example, none otherwise (one would be scored with its own answer in
+    its prompt); only an explicit `k` warns about that (FewShot._sources)."""
+    if cfg.fewshot_k is not None or {e.id for e in trainset} - {e.id for e in valset}:
         return cfg
-    return cfg.model_copy(update={"fewshot": 0})
+    return cfg.model_copy(update={"fewshot": "off"})
 
 
 def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Example], cfg: EngineConfig) -> None:

@@ -3,20 +3,35 @@ common ancestor. Useful when different components improved along different branc
 only appended lines to the same component (as edit reflection does, one rule per line), the merge keeps
 both sets of lines: rules found on different branches come together.
 
-With `adaptive_merge`, how often a due merge is tried is learnt from how the run's merges fared (`merge_chance`)."""
+With `Merge(adaptive=True)`, how often a due merge is tried is learnt from how the run's merges fared
+(`merge_chance`)."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
+from gepetto.specs import Knobs, builtin, knob
 from gepetto.types import Candidate
 
 
+@builtin("merge", "merge")
+@dataclass(frozen=True)
+class Merge(Knobs):
+    """System-aware merge of two lineages that share an ancestor, due after each accepted proposal (`merge: off`
+    for none)."""
+
+    max: int = knob(30, "Merges at most.", ge=0)
+    adaptive: bool = knob(False, "Try a due merge with probability (merges accepted + 2) / (merges tried + 2), "
+                          "learnt as the run goes; a skipped merge, or one with no pair to merge, makes room for a "
+                          "proposal in the same iteration.")
+
+
 def merge_chance(accepted: int, tried: int) -> float:
-    """The probability that a due merge is tried (adaptive_merge): (accepted + 2) / (tried + 2), the share of
+    """The probability that a due merge is tried (`Merge.adaptive`): (accepted + 2) / (tried + 2), the share of
     merges accepted so far counting two imagined accepted ones first. It starts at 1 (every due merge is tried,
-    as without adaptive_merge), falls as merges are rejected (2/3 after one rejection, 1/2 after two, 1/3 after
+    as without it), falls as merges are rejected (2/3 after one rejection, 1/2 after two, 1/3 after
     four) and climbs back as they are accepted, so a run whose lineages do not combine stops paying for merge
     tests while one whose merges work keeps them all."""
     if not 0 <= accepted <= tried:

@@ -11,23 +11,64 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+# A candidate is the best only on evidence that it beats the seed: a one-sided sign test over the validation
+# examples on which the two differ, at this level (a gain of one or two examples out of 30-40 is not enough);
+# with fewer validation examples than EVIDENCE_MIN no gain could show evidence, and the highest mean is the best.
+EVIDENCE_LEVEL = 0.2
+EVIDENCE_MIN = 10
 
-def best_index(means: Sequence[float | None] | np.ndarray) -> int | None:
+
+def sign_test(wins: int, losses: int) -> float:
+    """P(at least `wins` of the `wins + losses` differing examples go one's way) if each went either way with
+    probability 1/2: how likely a gain this large is by luck alone."""
+    n = wins + losses
+    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n if n else 1.0
+
+
+def beats(row: np.ndarray, base: np.ndarray, level: float = EVIDENCE_LEVEL) -> bool:
+    """Whether score vector `row` beats `base` on evidence: more examples won than lost, by a margin the sign test
+    puts at or below `level` (any row, on fewer than EVIDENCE_MIN examples)."""
+    if len(base) < EVIDENCE_MIN:
+        return True
+    wins, losses = int(np.sum(row > base)), int(np.sum(row < base))
+    return wins > losses and sign_test(wins, losses) <= level
+
+
+def evidence(val_scores: Sequence[Mapping[str, float] | None]) -> list[bool]:
+    """For stored candidates (their validation scores by example id; the first is the seed): which ones may be
+    the best, as the engine decided (`beats` the seed, the seed itself)."""
+    if not val_scores or not val_scores[0]:
+        return [True] * len(val_scores)
+    ids = sorted(val_scores[0])
+    base = np.array([val_scores[0][i] for i in ids], dtype=float)
+    out = [True]
+    for scores in val_scores[1:]:
+        full = scores is not None and all(i in scores for i in ids)
+        out.append(full and beats(np.array([scores[i] for i in ids], dtype=float), base))  # type: ignore[index]
+    return out
+
+
+def best_index(means: Sequence[float | None] | np.ndarray, evident: Sequence[bool] | np.ndarray | None = None
+               ) -> int | None:
     """The one rule for "the best candidate", used by the engine, `Result`, the stored-run snapshot, `gepetto
     runs/show/export` and the report: the highest mean validation score among fully evaluated candidates (a
-    candidate whose validation was cut short is never in the pool, so never in `means`); on a tie the earliest
-    candidate (lowest index) wins. A missing (None) or NaN mean never wins. None when nothing qualifies."""
+    candidate whose validation was cut short is never in the pool, so never in `means`) that are `evident`
+    (the seed, or a candidate that `beats` it; all when not given); on a tie the earliest candidate (lowest index)
+    wins. A missing (None) or NaN mean never wins. None when nothing qualifies."""
     if isinstance(means, np.ndarray):  # the engine's archive: the same rule, vectorised (argmax: first of ties)
         masked = np.where(np.isnan(means), -np.inf, means)
+        if evident is not None:
+            masked = np.where(np.asarray(evident, dtype=bool), masked, -np.inf)
         i = int(np.argmax(masked)) if masked.size else -1
         return i if i >= 0 and masked[i] > -np.inf else None
     best, top = None, -math.inf
     for i, m in enumerate(means):
-        if m is not None and m > top:  # strictly greater: the earliest keeps a tie; NaN compares False
+        # strictly greater: the earliest keeps a tie; NaN compares False
+        if m is not None and m > top and (evident is None or evident[i]):
             best, top = i, m
     return best
 
@@ -47,7 +88,8 @@ class ParetoArchive:
     """Score matrix of all candidates plus the incrementally maintained non-dominated set.
 
     Adding a candidate costs two comparisons of its row against the front, and the per-example best scores
-    are kept up to date, so sampling costs one more pass. Row i is candidate i.
+    are kept up to date, so sampling costs one more pass. Row i is candidate i; row 0 (the seed) is the one the
+    others must beat on evidence to be the best (`beats`).
     """
 
     def __init__(self, n_examples: int, capacity: int = 64) -> None:
@@ -59,6 +101,7 @@ class ParetoArchive:
         self._fbuf = np.zeros((max(capacity, 1), n_examples))  # rows of the front, first len(_front) used
         self._col_best = np.full(n_examples, -np.inf)
         self._weights: np.ndarray | None = None
+        self.evident: list[bool] = []  # row i beats row 0 on evidence (row 0 itself: True)
 
     def __len__(self) -> int:
         return self._n
@@ -96,6 +139,7 @@ class ParetoArchive:
         self._scores[idx] = vec
         self._sums[idx] = vec.sum()
         self._n += 1
+        self.evident.append(idx == 0 or beats(vec, self._scores[0]))
         fs = self.front_scores
         if len(fs):
             higher = (fs > vec).any(axis=1)  # member better somewhere
@@ -138,9 +182,17 @@ class ParetoArchive:
     def means(self) -> np.ndarray:
         return self._sums[: self._n] / max(self.n_examples, 1)
 
+    def leader(self) -> int:
+        """Index of the candidate with the highest mean (the earliest of ties), evidence or not: what a search
+        that follows the best so far builds on (a small gain may be real; it must show evidence to be returned)."""
+        leader = best_index(self._sums[: self._n])
+        if leader is None:
+            raise ValueError("the archive is empty")
+        return leader
+
     def best(self) -> int:
         """Index of the best candidate by `best_index` (every row covers all examples: sums order as means)."""
-        best = best_index(self._sums[: self._n])
+        best = best_index(self._sums[: self._n], self.evident)
         if best is None:
             raise ValueError("the archive is empty")
         return best

@@ -5,30 +5,34 @@ takes back new texts; it then makes the child, tests it against the parent on th
 the proposal names), and validates it if the acceptance rule passes it. Built in: `Rewrite` ("rewrite", the
 paper's reflective rewrite: engine/reflect.py) and `Edit` ("edit", one rule per proposal: engine/edits.py).
 
-A proposer of your own is any object with `async def propose(self, request) -> Proposal | dict | None`:
+A proposer of your own derives from `Proposer` (which declares what the loop asks of a proposer, with defaults) or
+is any object with `async def propose(self, request) -> Proposal | dict | None`:
 
-    class Shout:
+    class Shout(Proposer):
         async def propose(self, request: ProposalRequest) -> dict[str, str] | None:
             (component,) = request.components
             return {component: request.parent[component] + "\\nAnswer in capitals."}
 
 It keeps the strategies' contract (engine/strategies.py): randomness only from `request.rng`, memory in
-`request.state.memory` (written through `request.later` while proposing, so that a round of concurrent
-proposals does not hang on their timing), and LM calls through `request.reflect(...)`, the run's reflection LM,
-whose answers are metered, stored with a run and replayed on resume (an LM of its own would make resume inexact).
+`request.state.memory` (written through `request.services.later` while proposing, so that a round of concurrent
+proposals does not hang on their timing), and LM calls through `request.services.reflect(...)`, the run's
+reflection LM, whose answers are metered, stored with a run and replayed on resume (an LM of its own would make
+resume inexact).
 """
 
 from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gepetto import events as ev
 from gepetto.config import REWRITE_TEMPERATURES, RULE_TEMPERATURES, EngineConfig
 from gepetto.engine import demos, edits
+from gepetto.engine.answers import Diagnosis
+from gepetto.engine.minibatch import EpochShuffled
 from gepetto.engine.reflect import (
     CLOSE_TAG,
     ReflectionExample,
@@ -38,17 +42,50 @@ from gepetto.engine.reflect import (
     shorten_messages,
     vet,
 )
-from gepetto.engine.state import RunState
-from gepetto.engine.strategies import EpochShuffled
+from gepetto.engine.state import MemoryKey, RunState
 from gepetto.events import Outcome
 from gepetto.lm.base import Completion, Message
 from gepetto.program import Rollout
+from gepetto.specs import ConfigError, Knobs, builtin, knob
 from gepetto.types import Candidate, Example
+
+# what the built-in proposers remember in `state.memory`
+# {(candidate id, component): {failure pattern: the rules tried for it that did not help}}
+RULES_TRIED: MemoryKey[dict[tuple[str, str], dict[str, list[str]]]] = MemoryKey("edit.rules_tried", dict)
+# {(candidate id, component): the failure patterns no usable rule came for}
+UNANSWERED: MemoryKey[dict[tuple[str, str], set[str]]] = MemoryKey("edit.unanswered", dict)
+# {component: the iteration of the proposal that makes its first draft of the rules}
+DRAFTED: MemoryKey[dict[str, int]] = MemoryKey("edit.drafted", dict)
+# {"demo" | "other": [passed, tested]}: the minibatch tests of each kind of proposal (adaptive few-shot)
+DEMO_TESTS: MemoryKey[dict[str, list[int]]] = MemoryKey("fewshot.tests", lambda: {"demo": [0, 0], "other": [0, 0]})
+
+
+class ProposalServices(Protocol):
+    """What the engine does for a proposer while it proposes (`ProposalRequest.services`)."""
+
+    async def reflect(self, messages: list[Message], params: dict[str, Any]) -> Completion | None:
+        """One call of the run's reflection LM: metered, stored with a run and replayed on resume; None when the
+        call failed (it cost an attempt, counted as Outcome.REFLECTION_ERROR). LM outages are retried and may
+        stop the run."""
+
+    def tried(self, candidate: Candidate) -> bool:
+        """Whether this child was proposed before (it would not be paid for again)."""
+
+    def count(self, outcome: Outcome) -> None:
+        """Count an outcome in Result.proposals (e.g. a rejected answer)."""
+
+    def emit(self, event: ev.Event) -> None:
+        """Tell the run's callbacks (PhaseStarted, ReflectionAnswered, ...)."""
+
+    def later(self, fn: Callable[[], None]) -> None:
+        """Call `fn` once this proposal is decided, with the round's other proposals in plan order (its verdict
+        comes after): for a write to `state.memory` that a proposal running beside this one must not see."""
 
 
 @dataclass(frozen=True)
 class ProposalRequest:
-    """What a proposer gets for one proposal: the parent, what to change, its rollouts, and the engine's services."""
+    """What a proposer gets for one proposal: the parent, what to change, its rollouts and the run's state, and
+    `services`, what the engine does for it."""
 
     parent: Candidate
     parent_index: int
@@ -60,18 +97,10 @@ class ProposalRequest:
     config: EngineConfig
     state: RunState  # read it; write only `state.memory`
     trainset: Sequence[Example]
-    # the run's reflection LM: metered, stored with a run and replayed on resume; None when the call failed (it
-    # cost an attempt, counted as Outcome.REFLECTION_ERROR); LM outages are retried and may stop the run
-    reflect: Callable[[list[Message], dict[str, Any]], Awaitable[Completion | None]]
-    tried: Callable[[Candidate], bool]  # whether this child was proposed before (it would not be paid for again)
-    count: Callable[[Outcome], None]  # count an outcome in Result.proposals (e.g. a rejected answer)
-    emit: Callable[[ev.Event], None]  # tell the callbacks (PhaseStarted, ReflectionAnswered, ...)
+    services: ProposalServices
     # the most rollouts the child's test may take (Proposal.test_on, the parent's new rollouts there included): the
     # proposer's `test_size`, or the minibatch's size at the budget's tail (see Proposer); None: no limit given
     test_room: int | None = None
-    # later(fn): call fn once this proposal is decided, with the round's other proposals in plan order (its verdict
-    # comes after): for a write to `state.memory` that a proposal running beside this one must not see
-    later: Callable[[Callable[[], None]], None] = lambda fn: fn()
 
     def description(self, component: str) -> str | None:
         """What kind of text `component` is, if the config describes it (an artifact, not an instruction)."""
@@ -98,17 +127,61 @@ class Proposal:
     origin: str | None = None  # how the child was made, as its CandidateRecord says (None: "reflection")
 
 
-class Proposer(Protocol):
-    """Writes a child's new texts. Returns a `Proposal`, a mapping {component: new text}, or None (nothing worth
-    testing; count why with `request.count`).
+class Proposer:
+    """Writes a child's new texts (`propose`), and declares what the loop asks of a proposer before a proposal; the
+    defaults are those of a proposer that only proposes. `propose` returns a `Proposal`, a mapping {component: new
+    text}, or None (nothing worth testing; count why with `request.services.count`)."""
 
-    Optional: `test_size` (int), the most rollouts a child's test takes when the proposer picks its own examples,
-    and `minibatch(state, parent, components, trainset)` returning the examples the parent runs on (None: the
-    minibatch sampler's); a test may then take up to `test_size` rollouts. A proposer with `test_size` and no
-    `minibatch` that sets `fits_test_room = True` keeps its test within `request.test_room`: at the budget's tail,
-    where `test_size` no longer fits, it still gets a last proposal, whose room is the minibatch's size."""
+    @property
+    def test_size(self) -> int | None:
+        """The most rollouts a child's test takes when the proposer picks its own test examples
+        (`Proposal.test_on`); they are set aside when a proposal is planned. None: the minibatch's."""
+        return None
 
-    async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None: ...
+    @property
+    def fits_test_room(self) -> bool:
+        """True: the proposer keeps its test within `request.test_room`, so at the budget's tail, where `test_size`
+        no longer fits, it still gets a last proposal, whose room is the minibatch's size."""
+        return False
+
+    def minibatch(self, state: RunState, parent: Candidate, components: Sequence[str], trainset: Sequence[Example]
+                  ) -> list[Example] | None:
+        """The training examples the parent runs on before this proposal, chosen by the proposer (its test may then
+        take up to `test_size` rollouts); None: the minibatch sampler's."""
+        return None
+
+    def drafts(self, request: ProposalRequest) -> bool:
+        """Whether this proposal drafts a component's text anew (the edit proposer's first draft of the rules), so
+        that a proposer around it (few-shot's) leaves it to this one."""
+        return False
+
+    async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _Given(Proposer):
+    """A proposer of one's own that does not derive from Proposer: its `propose`, and the base's defaults."""
+
+    proposer: Any
+
+    async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
+        answer: Proposal | Mapping[str, str] | None = await self.proposer.propose(request)
+        return answer
+
+
+def as_proposer(obj: Any) -> Proposer:
+    """A proposer object as the loop uses it: one deriving from Proposer as is, another with an async `propose`
+    with the base's defaults (one that also has what Proposer declares must derive from it, or it would be lost)."""
+    if isinstance(obj, Proposer):
+        return obj
+    if not callable(getattr(obj, "propose", None)):
+        raise ConfigError(f"proposer: {type(obj).__name__} is no proposer (an async propose(request) method)")
+    declared = [name for name in ("test_size", "fits_test_room", "minibatch", "drafts") if hasattr(obj, name)]
+    if declared:
+        raise ConfigError(f"proposer: {type(obj).__name__} has {', '.join(declared)}: derive it from "
+                          "gepetto.strategies.Proposer, which declares them (an object that does not only proposes)")
+    return _Given(obj)
 
 
 def as_proposal(answer: Proposal | Mapping[str, str] | None, request: ProposalRequest) -> Proposal | None:
@@ -121,6 +194,11 @@ def as_proposal(answer: Proposal | Mapping[str, str] | None, request: ProposalRe
         raise ValueError(f"the proposer returned texts for {unknown or list(proposal.texts)}: give strings for "
                          f"components of the candidate ({list(request.parent)})")
     return proposal if proposal.texts else None
+
+
+def diagnose(request: ProposalRequest) -> Diagnosis:
+    """How this proposal reads its training rollouts' failures (engine/answers.py)."""
+    return Diagnosis(request.state.answers, {e.id: e for e in request.trainset})
 
 
 def parts(cfg: EngineConfig, text: str) -> tuple[str, list[demos.Demo]]:
@@ -155,25 +233,30 @@ def reflection_params(request: ProposalRequest, attempt: int, temperatures: Sequ
 
 
 def refusal(request: ProposalRequest, component: str, text: str, kept: list[demos.Demo], *, limit: int | None,
-            check_tried: bool = True) -> str:
-    """Why a vetted instruction `text` for `component` is still refused before any rollout ("" if it is not): longer
+            check_tried: bool = True) -> Outcome | None:
+    """Why a vetted instruction `text` for `component` is still refused before any rollout (None if it is not): longer
     than `limit`, or its child (the parent with `text` and the demonstrations `kept`) was proposed before, so the
     reflection LM is asked again rather than the proposal ending."""
     if limit and len(text) > limit:
-        return "over the length budget"
-    if check_tried and request.tried(request.parent.replace(component, demos.join(text, kept))):
-        return "already tried"
-    return ""
+        return Outcome.OVER_LENGTH
+    if check_tried and request.services.tried(request.parent.replace(component, demos.join(text, kept))):
+        return Outcome.ALREADY_TRIED
+    return None
 
 
-class Rewrite:
+@builtin("proposer", "rewrite")
+@dataclass(frozen=True)
+class Rewrite(Knobs, Proposer):
     """The paper's proposer: show the reflection LM the minibatch rollouts of one component with their feedback
     and ask for a whole new text; vet each answer (engine/reflect.py) and ask again, told why, a bounded number of
     times. With several components, one rewrite each. A described component is an artifact, kept verbatim."""
 
+    max_tokens: int = knob(700, "Longest reflection answer (tokens); doubled after an answer cut off.", ge=1)
+    prompt_chars: int = knob(6000, "Longest reflection prompt (characters; long traces are cut).", ge=1)
+
     async def propose(self, request: ProposalRequest) -> dict[str, str] | None:
         if all(r.score.value >= request.config.perfect_score for r in request.runs):
-            request.count(Outcome.PARENT_PERFECT)
+            request.services.count(Outcome.PARENT_PERFECT)
             return None
         texts = {}
         for component in request.components:
@@ -188,116 +271,138 @@ class Rewrite:
         cfg, description = request.config, request.description(component)
         artifact = description is not None
         current, kept = parts(cfg, request.parent[component]) if not artifact else (request.parent[component], [])
-        request.emit(ev.PhaseStarted("reflection"))
+        request.services.emit(ev.PhaseStarted("reflection"))
         limit = None if artifact else cfg.max_component_chars  # an artifact has no length budget
-        messages = build_prompt(current, examples, max_chars=cfg.reflection_chars, description=description,
+        messages = build_prompt(current, examples, max_chars=self.prompt_chars, description=description,
                                 limit=limit)
-        max_tokens = cfg.reflection_max_tokens
+        max_tokens = self.max_tokens
         for attempt in range(cfg.reflection_attempts):
             params = reflection_params(request, attempt, REWRITE_TEMPERATURES, max_tokens=max_tokens, stop=CLOSE_TAG)
-            out = await request.reflect(messages, params)
+            out = await request.services.reflect(messages, params)
             if out is None:
                 continue
             proposal = vet(out.text, out.finish_reason, current, examples, artifact=artifact)
-            if not proposal.rejected:  # (several components: the child is their combination, not checked here)
-                why = refusal(request, component, proposal.text, kept, limit=limit,
-                              check_tried=len(request.components) == 1)
-                proposal = replace(proposal, rejected=why)
-            rejected = Outcome.rejected(proposal.rejected) if proposal.rejected else None
-            request.emit(ev.ReflectionAnswered(attempt, rejected, proposal.text, out.text))
+            rejected = proposal.rejected or refusal(  # (several components: their combination is not checked here)
+                request, component, proposal.text, kept, limit=limit, check_tried=len(request.components) == 1)
+            request.services.emit(ev.ReflectionAnswered(attempt, rejected, proposal.text, out.text))
             if rejected is None:
                 return demos.join(proposal.text, kept)
-            request.count(rejected)
-            if proposal.rejected == "truncated":
+            request.services.count(rejected)
+            if rejected is Outcome.TRUNCATED:
                 max_tokens *= 2
-            if proposal.rejected == "over the length budget" and limit:  # a new request: shorten it
+            if rejected is Outcome.OVER_LENGTH and limit:  # a new request: shorten it
                 messages = shorten_messages(proposal.text, limit)
             else:
-                messages = retry_messages(messages, out.text, proposal.rejected, artifact=artifact)
+                messages = retry_messages(messages, out.text, rejected, artifact=artifact)
         return None
 
 
-class Edit:
+@builtin("proposer", "edit")
+@dataclass(frozen=True)
+class Edit(Knobs, Proposer):
     """One rule for one frequent mistake of the parent (engine/edits.py), tested on that mistake's failures and
     on solved cases. The parent first runs on training examples it has not run yet (its evidence grows); a
-    described component (an artifact) is rewritten whole instead, on the sampler's minibatch. Rules that did not
-    help, and patterns no usable rule came for (every attempt refused), are remembered per parent and component
-    (in `state.memory`) and inherited by an accepted child: neither is asked for again.
-    With `edit_rules` = k > 1, one proposal asks for k rules, each for another pattern (and another right answer),
-    and the child is tested on ceil(minibatch_size / k) failures of each pattern plus the solved cases: one
-    validation pass for k rules.
+    described component (an artifact) is rewritten whole instead (as `Rewrite`, with `max_tokens` and
+    `prompt_chars`), on the sampler's minibatch. Rules that did not help, and patterns no usable rule came for
+    (every attempt refused), are remembered per parent and component (in `state.memory`) and inherited by an
+    accepted child: neither is asked for again.
+    With `rules` = k > 1, one proposal asks for k rules, each for another pattern (and another right answer), and
+    the child is tested on ceil(minibatch_size / k) failures of each pattern plus the solved cases: one validation
+    pass for k rules.
     With `definitions` = n > 0, the run's first proposal on a component drafts the whole rules list instead: the
     parent runs on up to n training examples, and every answer seen in a confusion there ("answered X, expected
     Y": X and Y) gets one rule written from up to 4 inputs whose right answer it is
     (`edits.build_definition_prompt`); one child, validated without a test. Later proposals sharpen those lines
     one answer at a time."""
 
-    def __init__(self, cfg: EngineConfig) -> None:
-        self.cfg = cfg
-        self.per_focus = -(-cfg.minibatch_size // cfg.edit_rules)  # failures of each rule's pattern in the test
-        self.test_size = max(cfg.minibatch_size, self.per_focus * cfg.edit_rules) + cfg.gate_solved
-        self.whole = Rewrite()
-        self.walker = EpochShuffled(cfg.minibatch_size, cfg.seed, cfg.perfect_score)
+    rules: int = knob(1, "Rules per proposal, each for another failure pattern; the child is tested on every "
+                      "pattern's failures and on solved cases, and validated once for all.", ge=1)
+    definitions: int = knob(0, "The run's first proposal on a component runs the parent on up to this many training "
+                            "examples and drafts one rule per right answer seen there (from up to 4 of its inputs), "
+                            "all in one child; 0: off.", ge=0)
+    evidence: int = knob(8, "Paid training rollouts a parent needs before its mistakes are grouped.", ge=0)
+    gate_solved: int = knob(3, "Solved examples added to a child's test, so rules that break them fail.", ge=0)
+    rule_max_tokens: int = knob(90, "Longest rule answer (tokens).", ge=1)
+    max_tokens: int = knob(700, "An artifact's whole rewrite: its longest answer (tokens).", ge=1)
+    prompt_chars: int = knob(6000, "An artifact's whole rewrite: its longest prompt (characters).", ge=1)
+    config: Any = field(default=None, repr=False, compare=False)  # the run's EngineConfig (`bind`)
 
-    def _edits(self, components: Sequence[str]) -> bool:
-        """Whether the proposal is an edit (a rule line appended): only to an instruction, never to an artifact."""
+    def bind(self, config: Any) -> Edit:
+        return replace(self, config=config)
+
+    @property
+    def per_focus(self) -> int:
+        """Failures of each rule's pattern in a child's test."""
+        return -(-self.config.minibatch_size // self.rules)
+
+    @property
+    def test_size(self) -> int:
+        return max(self.config.minibatch_size, self.per_focus * self.rules) + self.gate_solved
+
+    def _edits(self, state: RunState, components: Sequence[str]) -> bool:
+        """Whether the proposal is an edit (a rule line appended): only to an instruction, never to an artifact,
+        and, when the task has a closed answer set, only to a component whose answers are the program's."""
         if len(components) != 1:
             raise ValueError("the edit proposer changes one component per proposal: use component_selector "
                              "'round-robin' with it")
-        return not (self.cfg.component_descriptions or {}).get(components[0])
+        if (self.config.component_descriptions or {}).get(components[0]):
+            return False
+        return state.answers is None or not state.answering or components[0] in state.answering
 
     def _undrafted(self, state: RunState, components: Sequence[str]) -> bool:
         """Whether no proposal on `components` has been planned to make the first draft of the rules yet."""
-        return bool(self.cfg.definitions) and self._edits(components) and (
-            components[0] not in state.memory.get(DRAFTED, {}))
+        return bool(self.definitions) and self._edits(state, components) and (
+            components[0] not in (state.memory.peek(DRAFTED) or {}))
 
     def drafts(self, request: ProposalRequest) -> bool:
         """Whether this proposal makes the first draft of the rules (`definitions`): the first one planned on its
         component (chosen when planned, so the proposals of a round never race for it)."""
-        return self._edits(request.components) and (
-            request.state.memory.get(DRAFTED, {}).get(request.components[0]) == request.iteration)
+        return self._edits(request.state, request.components) and (
+            (request.state.memory.peek(DRAFTED) or {}).get(request.components[0]) == request.iteration)
 
     def minibatch(self, state: RunState, parent: Candidate, components: Sequence[str], trainset: Sequence[Example]
                   ) -> list[Example] | None:
         """Training examples the parent has not run yet, in epoch order: `minibatch_size` of them, more while the
-        parent has fewer than `evidence_size` known training rollouts, or than `definitions` before the first
-        draft (None for an artifact: the sampler's)."""
-        cfg = self.cfg
-        if not self._edits(components):
+        parent has fewer than `evidence` known training rollouts, or than `definitions` before the first draft
+        (None for an artifact: the sampler's)."""
+        cfg = self.config
+        if not self._edits(state, components):
             return None
         n = len(trainset)
         known = sum(state.known(parent, e.id) is not None for e in trainset)
-        evidence = cfg.evidence_size
+        evidence = self.evidence
         # this plan makes the first draft (state.iteration: the plan's); a plan the loop then drops at the budget's
         # tail takes the draft with it
         if self._undrafted(state, components):
-            state.memory.setdefault(DRAFTED, {})[components[0]] = state.iteration
-            evidence = max(evidence, cfg.definitions)
+            state.memory.of(DRAFTED)[components[0]] = state.iteration
+            evidence = max(evidence, self.definitions)
         want = min(max(cfg.minibatch_size, evidence - known), n - known)
+        walker = EpochShuffled(cfg.minibatch_size, cfg.seed, cfg.perfect_score)
         chosen: list[Example] = []
         for _ in range(n):
             if len(chosen) >= want:
                 break
-            ex = self.walker.next_example(state, trainset)
+            ex = walker.next_example(state, trainset)
             if state.known(parent, ex.id) is None and all(ex.id != c.id for c in chosen):
                 chosen.append(ex)
         return chosen
 
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
-        if not self._edits(request.components):
-            return await self.whole.propose(request)
+        if not self._edits(st, request.components):
+            return await Rewrite(self.max_tokens, self.prompt_chars).propose(request)
         (component,) = request.components
         if self.drafts(request):
             return await self._draft(request, component)
         evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
-        memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.setdefault("edit.rules_tried", {})
+        memory = st.memory.of(RULES_TRIED)
         tried = memory.setdefault((parent.id, component), {})
         # patterns no usable rule came for on this parent (every attempt refused): not asked again, from the next
         # round on (`request.later`: a proposal running beside this one on the same parent does not see them)
-        skipped: dict[tuple[str, str], set[str]] = st.memory.setdefault("edit.unanswered", {})
+        skipped = st.memory.of(UNANSWERED)
         unanswered, refused = skipped.setdefault((parent.id, component), set()), set()
-        patterns = sorted({edits.pattern_of(r) for r in evidence if r.score.value < cfg.perfect_score})
+        diagnosis = diagnose(request)
+        patterns = sorted({edits.pattern_of(r, diagnosis) for r in evidence if r.score.value < cfg.perfect_score})
         known: list[Rollout] = []  # every candidate's paid training rollouts (the parent's first), read once
         if any(edits.expected_answer(p) for p in patterns):
             train_ids = {e.id for e in request.trainset}
@@ -305,21 +410,22 @@ class Edit:
         instruction, kept = parts(cfg, parent[component])
         text = instruction
         asked: list[tuple[edits.Focus, str]] = []  # (focus, rule) of each rule in the child
-        for _ in range(cfg.edit_rules):  # each rule for another pattern, and another right answer
+        for _ in range(self.rules):  # each rule for another pattern, and another right answer
             chosen = {f.pattern for f, _ in asked}
             answers = {edits.expected_answer(p) for p in chosen} - {""}
             skip = [p for p in patterns if p in chosen or p in unanswered or p in refused
                     or edits.expected_answer(p) in answers]
             focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
-                                       max_contrast=cfg.gate_solved, skip=skip)
+                                       max_contrast=self.gate_solved, skip=skip, diagnosis=diagnosis)
             if focus is None:
                 if not asked:
-                    request.count(Outcome.NO_OPEN_MISTAKE)
+                    request.services.count(Outcome.NO_OPEN_MISTAKE)
                 break
             answer = edits.expected_answer(focus.pattern)
             if answer:  # other inputs with that right answer: no rollout to pay
                 focus = replace(focus, positives=edits.positives(
-                    known, answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng))
+                    known, answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng,
+                    diagnosis=diagnosis))
             rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
             if rule is None:
                 refused.add(focus.pattern)
@@ -327,12 +433,12 @@ class Edit:
                 text = edits.apply_rule(text, rule, answer)
                 asked.append((focus, rule))
         if refused:
-            request.later(lambda: unanswered.update(refused))
+            request.services.later(lambda: unanswered.update(refused))
         if not asked:
             return None
         by_id = {e.id: e for e in request.trainset}
         gate = [by_id[i] for i in edits.gate_batch([f for f, _ in asked], evidence, cfg.perfect_score,
-                                                   self.per_focus, cfg.gate_solved, rng)]
+                                                   self.per_focus, self.gate_solved, rng)]
 
         def verdict(child: Candidate, accepted: bool) -> None:
             if accepted:  # rules that failed on the parent would fail on the child too: it inherits the memory
@@ -349,40 +455,43 @@ class Edit:
         """The first draft of the rules list: one rule per answer seen in the training rollouts' confusions
         ("answered X, expected Y": X and Y), each from up to 4 inputs whose right answer it is (any candidate's
         rollouts: the right answer belongs to the example). The child is validated without a test: a dozen new
-        lines at once, whose gain the few examples of a test cannot show (on the real track it tied or lost its
-        6-example test in 2 of 6 runs while every draft probed gained on test)."""
+        lines at once, whose gain the few examples of a test cannot show (docs/design-notes.md)."""
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         by_id = {e.id: e for e in request.trainset}
         known = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in by_id]
-        confusions = [edits.pattern_of(r) for r in known if r.score.value < cfg.perfect_score]
+        diagnosis = diagnose(request)
+        confusions = [edits.pattern_of(r, diagnosis) for r in known if r.score.value < cfg.perfect_score]
         answers = sorted({a for p in confusions for a in (edits.expected_answer(p), edits.wrong_answer(p))} - {""})
+        if st.answers is not None:  # the set's own spelling; a wrong answer outside the set gets no rule
+            answers = sorted({st.answers.match(a) for a in answers} - {""})
         current, kept = parts(cfg, parent[component])
         text, written = current, {}
         for answer in answers:
-            inputs = edits.positives(known, answer, set(), cfg.perfect_score, rng)
+            inputs = edits.positives(known, answer, set(), cfg.perfect_score, rng, diagnosis=diagnosis)
             if len(inputs) < 2:  # one input says little of what the answer's inputs have in common
                 continue
             shown = [edits.shown(r, component, 300, by_id.get(r.example_id)) for r in inputs]
             messages = edits.build_definition_prompt(current, answer, [ex.inputs for ex in shown])
-            rule = await self._vetted(request, messages, current, shown, answer=answer)
+            rule = await self._vetted(request, messages, current, shown, answer=answer, others=answers)
             if rule is not None:
                 text = edits.apply_rule(text, rule, answer)
                 written[answer] = rule
         if not written:
-            request.count(Outcome.NO_OPEN_MISTAKE)
+            request.services.count(Outcome.NO_OPEN_MISTAKE)
             return None
         return Proposal({component: demos.join(text, kept)}, (), "\n".join(written.values()),
                         "first draft of the rules")
 
     async def _vetted(self, request: ProposalRequest, messages: list[Message], current: str,
-                      shown: list[ReflectionExample], *, answer: str) -> str | None:
-        """A drafted rule for `answer`, vetted like an edit's rule. Its wording is checked against the parent's rule
-        lines only, not against the other answers of the draft: a line for every answer helps more than precise
-        ones (benchmarks/draft_probe.py: a kitchen draft scored 0.540 on test with a loose line for
-        accept_reservations, 0.507 without it)."""
-        request.emit(ev.PhaseStarted("reflection"))
+                      shown: list[ReflectionExample], *, answer: str, others: Sequence[str]) -> str | None:
+        """A drafted rule for `answer`, vetted like an edit's rule. Its wording as a whole is checked against the
+        parent's rule lines only, since a loose line for every answer helps more than none (docs/design-notes.md);
+        each condition it joins with "or" also against the draft's `others` answers, so that one line does not
+        send two kinds of request to one answer."""
+        request.services.emit(ev.PhaseStarted("reflection"))
         return await self._ask(request, messages,
-                               lambda out: edits.vet_rule(out.text, out.finish_reason, current, shown, answer=answer),
+                               lambda out: edits.vet_rule(out.text, out.finish_reason, current, shown, answer=answer,
+                                                          split_against=others),
                                lambda why: edits.retry_hint(why, "", answer=answer))
 
     async def _ask_rule(self, request: ProposalRequest, component: str, focus: edits.Focus, tried_rules: list[str]
@@ -391,16 +500,16 @@ class Edit:
         so a repeated answer costs a retry, not the proposal."""
         cfg, parent = request.config, request.parent
         current, kept = parts(cfg, parent[component])
-        request.emit(ev.PhaseStarted("reflection"))
+        request.services.emit(ev.PhaseStarted("reflection"))
         by_id = {e.id: e for e in request.trainset}
         limit = cfg.max_component_chars
         if limit and len(current) + 20 > limit:  # no room left for a rule: not worth a reflection call
-            request.count(Outcome.OVER_LENGTH)
+            request.services.count(Outcome.OVER_LENGTH)
             return None
         messages = edits.build_edit_prompt(current, focus, component, tried_rules, by_id, limit=limit)
         shown = [edits.shown(r, component, example=by_id.get(r.example_id)) for r in focus.failures + focus.contrast]
 
-        def vet(out: Completion) -> tuple[str, str]:
+        def vet(out: Completion) -> tuple[str, Outcome | None]:
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
             child_text = edits.apply_rule(current, rule, edits.expected_answer(focus.pattern))
             return rule, why or refusal(request, component, child_text, kept, limit=limit)
@@ -408,29 +517,46 @@ class Edit:
         return await self._ask(request, messages, vet, lambda why: edits.retry_hint(why, focus.pattern))
 
     async def _ask(self, request: ProposalRequest, messages: list[Message],
-                   vet: Callable[[Completion], tuple[str, str]], hint: Callable[[str], str]) -> str | None:
+                   vet: Callable[[Completion], tuple[str, Outcome | None]], hint: Callable[[Outcome], str]
+                   ) -> str | None:
         """Ask the reflection LM for a rule; `vet` each answer (rule, why refused) and ask again, told `hint(why)`,
         a bounded number of times."""
         cfg = request.config
         for attempt in range(cfg.reflection_attempts):
-            params = reflection_params(request, attempt, RULE_TEMPERATURES, max_tokens=cfg.rule_max_tokens,
+            params = reflection_params(request, attempt, RULE_TEMPERATURES, max_tokens=self.rule_max_tokens,
                                        stop=edits.RULE_CLOSE)
-            out = await request.reflect(messages, params)
+            out = await request.services.reflect(messages, params)
             if out is None:
                 continue
-            rule, why = vet(out)
-            rejected = Outcome.rejected(why) if why else None
-            request.emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
+            rule, rejected = vet(out)
+            request.services.emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
             if rejected is None:
                 return rule
-            request.count(rejected)
+            request.services.count(rejected)
             messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
-                        {"role": "user", "content": hint(why)}]
+                        {"role": "user", "content": hint(rejected)}]
         return None
 
 
-DRAFTED = "edit.drafted"  # state.memory: {component: the iteration of the proposal that makes its first draft}
-TESTS_KEY = "fewshot.tests"  # state.memory: {"demo" | "other": [passed, tested]}, the minibatch tests of each kind
+@builtin("proposer", "auto")
+@dataclass(frozen=True)
+class Auto(Knobs):
+    """The run's route chooses the proposer (engine/route.py): edit(rules=3, definitions=60) on the labels route,
+    else rewrite. A parameter given here is the chosen proposer's (edit's, or rewrite's `max_tokens` and
+    `prompt_chars`) in place of the route's; edit's on the rewrite route cannot act, and warn. Until the route is
+    settled, the paper's rewrite."""
+
+    rules: int | None = knob(None, "edit's rules.", ge=1)
+    definitions: int | None = knob(None, "edit's definitions.", ge=0)
+    evidence: int | None = knob(None, "edit's evidence.", ge=0)
+    gate_solved: int | None = knob(None, "edit's gate_solved.", ge=0)
+    rule_max_tokens: int | None = knob(None, "edit's rule_max_tokens.", ge=1)
+    max_tokens: int | None = knob(None, "rewrite's (and edit's) max_tokens.", ge=1)
+    prompt_chars: int | None = knob(None, "rewrite's (and edit's) prompt_chars.", ge=1)
+
+    def bind(self, config: Any) -> Rewrite:
+        rewrite = {k: v for k, v in self.knobs().items() if k in ("max_tokens", "prompt_chars") and v is not None}
+        return Rewrite(**rewrite)
 
 
 def demo_share(base: float, tests: Mapping[str, Sequence[int]]) -> float:
@@ -457,32 +583,65 @@ def counted(proposal: Proposal, tally: list[int]) -> Proposal:
     return replace(proposal, verdict=verdict)
 
 
-class FewShot:
-    """Few-shot demonstrations (engine/demos.py) next to another proposer: with probability `fewshot_share` a
-    proposal adds one solved training example to a component's demonstrations (at most `fewshot`, see
-    `demos.add` for which one goes), chosen to show the right answer of one of the parent's frequent mistakes
-    and to look like the inputs it got wrong; it costs no reflection call and is tested like an edit, on that
-    mistake's failures and on solved cases. Otherwise, or when no mistake or usable solved example is known, the
-    other proposer proposes (the built-ins see only the instruction part). Its children have origin "demo".
-    With `adaptive_fewshot` the share is learnt from how each kind's tests went in this run (`demo_share`)."""
+@builtin("fewshot", "fewshot")
+@dataclass(frozen=True)
+class FewShot(Knobs, Proposer):
+    """Few-shot demonstrations (engine/demos.py) next to another proposer (`around`): with probability `share` a
+    proposal adds one solved training example to a component's demonstrations (at most `k`, see `demos.add` for
+    which one goes), chosen to show the right answer of one of the parent's frequent mistakes and to look like the
+    inputs it got wrong; it costs no reflection call and is tested like an edit, on that mistake's failures and on
+    `gate_solved` solved cases. Otherwise, or when no mistake or usable solved example is known, the other proposer
+    proposes (the built-ins see only the instruction part). Its children have origin "demo". With `adaptive` the
+    share is learnt from how each kind's tests went in this run (`demo_share`)."""
 
-    def __init__(self, inner: Any, cfg: EngineConfig) -> None:
-        self.inner, self.cfg = inner, cfg
-        self.test_size = max(getattr(inner, "test_size", None) or cfg.minibatch_size,
-                             cfg.minibatch_size + cfg.gate_solved)
-        if hasattr(inner, "minibatch"):
-            self.minibatch = inner.minibatch
-        self.fits_test_room = True  # at the budget's tail, where a demonstration's test no longer fits, none is added
-        self._warned = False
+    k: int | None = knob(None, "Most demonstrations per component (0: none); unset: 4 with a built-in proposer "
+                         "(none when every training example is also a validation example), none with one's own.",
+                         ge=0)
+    share: float = knob(0.5, "The share of proposals that add a demonstration.", ge=0, le=1)
+    adaptive: bool = knob(True, "Learn the share as the run goes: `share` weighted by how often demonstrations and "
+                          "other proposals passed their tests.")
+    gate_solved: int = knob(3, "Solved examples added to a demonstration's test.", ge=0)
+    inner: Proposer | None = field(default=None, repr=False, compare=False)  # the other proposer (`around`)
+    config: Any = field(default=None, repr=False, compare=False)  # the run's EngineConfig (`bind`)
+    _warned: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def around(self, inner: Proposer) -> FewShot:
+        """These demonstrations next to the proposer `inner`."""
+        return replace(self, inner=inner)
+
+    def bind(self, config: Any) -> FewShot:
+        return replace(self, config=config)
+
+    @property
+    def _inner(self) -> Proposer:
+        if self.inner is None:
+            raise ValueError("FewShot proposes next to another proposer: FewShot(...).around(proposer)")
+        return self.inner
+
+    @property
+    def test_size(self) -> int:
+        mb = self.config.minibatch_size
+        return max(self._inner.test_size or mb, mb + self.gate_solved)
+
+    @property
+    def fits_test_room(self) -> bool:
+        # at the budget's tail, where a demonstration's test no longer fits, none is added; but a proposer that picks
+        # its own minibatch has its test planned with it
+        return type(self._inner).minibatch is Proposer.minibatch
+
+    def minibatch(self, state: RunState, parent: Candidate, components: Sequence[str], trainset: Sequence[Example]
+                  ) -> list[Example] | None:
+        return self._inner.minibatch(state, parent, components, trainset)
+
+    def drafts(self, request: ProposalRequest) -> bool:
+        return self._inner.drafts(request)
 
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
-        cfg = self.cfg
         described = [c for c in request.components if request.description(c)]
-        drafts = getattr(self.inner, "drafts", None)  # the edit proposer's first draft of the rules goes first
-        first_draft = drafts is not None and drafts(request)
-        share, tests = cfg.fewshot_share, None
-        if cfg.adaptive_fewshot:
-            tests = request.state.memory.setdefault(TESTS_KEY, {"demo": [0, 0], "other": [0, 0]})
+        first_draft = self._inner.drafts(request)  # the edit proposer's first draft of the rules goes first
+        share, tests = self.share, None
+        if self.adaptive:
+            tests = request.state.memory.of(DEMO_TESTS)
             share = demo_share(share, tests)
         # (the draw comes before the test room's check: the rest of the proposal is the same whether a demonstration
         # fits or not, so a resume with a larger budget, where it fits, takes the path of a run given it from the start)
@@ -492,7 +651,7 @@ class FewShot:
             proposal = self._demo(request, request.components[0])
             if proposal is not None:
                 return counted(proposal, tests["demo"]) if tests is not None else proposal
-        answer = await self.inner.propose(request)
+        answer = await self._inner.propose(request)
         other = as_proposal(answer, request) if tests is not None else None
         return counted(other, tests["other"]) if tests is not None and other is not None else answer
 
@@ -501,23 +660,23 @@ class FewShot:
         with its own answer in the prompt). Warns once when that leaves none (the valset is the trainset)."""
         sources = {e.id for e in request.trainset} - set(request.state.val_ids)
         if not sources and not self._warned:
-            self._warned = True
+            self._warned.append("sources")
             warnings.warn("fewshot: every training example is also a validation example (no valset given?), so no "
                           "demonstration can be shown without being scored on validation: none is proposed; give "
                           "a valset apart from the trainset", RuntimeWarning, stacklevel=2)
         return sources
 
     def _demo(self, request: ProposalRequest, component: str) -> Proposal | None:
-        cfg, st, parent, rng = self.cfg, request.state, request.parent, request.rng
+        cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         sources = self._sources(request)
         if not sources:
             return None
         evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
         focus = edits.choose_focus(evidence, cfg.perfect_score, {}, rng, max_failures=cfg.minibatch_size,
-                                   max_contrast=cfg.gate_solved)
+                                   max_contrast=self.gate_solved, diagnosis=diagnose(request))
         if focus is None:
             return None
-        gate_ids = edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size, cfg.gate_solved, rng)
+        gate_ids = edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size, self.gate_solved, rng)
         # solved training examples of any candidate: what the task LM answered there is a right answer
         solved = [r for (_, ex_id), r in sorted(st.rollouts.items())
                   if ex_id in sources and r.score.value >= cfg.perfect_score]
@@ -529,10 +688,11 @@ class FewShot:
         if demo is None:
             return None
         text = demos.add(parent[component], demo, cfg.demonstrations)
-        if request.tried(parent.replace(component, text)):
+        if request.services.tried(parent.replace(component, text)):
             return None
         by_id = {e.id: e for e in request.trainset}
-        memory: dict[tuple[str, str], dict[str, list[str]]] = st.memory.get("edit.rules_tried", {})
+        found = st.memory.peek(RULES_TRIED)
+        memory = found if found is not None else {}
 
         def verdict(child: Candidate, accepted: bool) -> None:
             # the rules that failed on the parent (edit proposer) are remembered for its demo child too

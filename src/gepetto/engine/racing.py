@@ -1,5 +1,5 @@
-"""Racing validation (EngineConfig.racing): validate a child in chunks and stop as soon as the examples already
-run prove it can neither enter the Pareto front nor become the best candidate.
+"""Racing validation (`validation: racing(chunk=5)`, `Racing`): validate a child in chunks and stop as soon as
+the examples already run prove it can neither enter the Pareto front nor become the best candidate.
 
 The bound is exact. Scores are in [0, 1], so on an example not run yet the child scores at most 1.0: call
 `optimistic` the child's score vector with 1.0 on every example left. A front member that dominates the
@@ -16,7 +16,7 @@ first are those where few front members are perfect ("thin" ones), then those wh
 ties broken by the run's seeded rng. Rollouts already paid for (free) come first of all. Pure functions;
 the loop (engine/loop.py) pays for the rollouts.
 
-Optionally (EngineConfig.racing_confidence) a child is also cut on evidence instead of proof: a one-sided sign
+Optionally (`Racing(confidence=...)`) a child is also cut on evidence instead of proof: a one-sided sign
 test. If a front member scores at least as well as the child on every example run and strictly better on k of
 them, then under the hypothesis "the child is at least as good as that member" (a differing example goes the
 child's way with probability at least 1/2) seeing k losses and no win has probability at most 0.5**k; the
@@ -36,6 +36,28 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+
+from gepetto.specs import Knobs, builtin, knob
+
+
+@builtin("validation", "full")
+@dataclass(frozen=True)
+class Full(Knobs):
+    """Every accepted child runs the whole validation set (the paper's)."""
+
+
+@builtin("validation", "racing")
+@dataclass(frozen=True)
+class Racing(Knobs):
+    """An accepted child runs the validation set in chunks and stops as soon as it provably can neither enter the
+    Pareto front nor become the best (exact: the same front and best as a full pass, fewer rollouts); the budget's
+    tail is spent on a last proposal whose child may end partial. With `confidence`, also cut on a one-sided sign
+    test (not exact)."""
+
+    chunk: int = knob(5, "Validation examples run between two checks.", ge=1)
+    confidence: float | None = knob(
+        None, "Also cut a child once a one-sided sign test says, at this confidence, that a front member is better "
+        "(never below the child, above it on enough examples run; 5 at 0.95); none: proof only.", gt=0.5, lt=1)
 
 
 def validation_order(val_ids: Sequence[str], front_scores: np.ndarray, parent_scores: Sequence[float],

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gepetto.events import Outcome
 from gepetto.lm.base import Message
 from gepetto.program import Rollout, TraceEntry, format_inputs, render_value
 from gepetto.types import Example
@@ -65,31 +66,33 @@ new text between {open} and {close}, and nothing after {close}."""
 
 # Said to the reflection LM after a rejected answer, so the retry does not repeat the same mistake.
 RETRY_HINTS = {
-    "empty": "I found no instruction in your answer. Write the complete new instruction between {open} and {close}.",
-    "unchanged": "That is (nearly) the same as the current instruction. Write a clearly different, improved "
+    Outcome.EMPTY: "I found no instruction in your answer. Write the complete new instruction between {open} and "
+    "{close}.",
+    Outcome.UNCHANGED: "That is (nearly) the same as the current instruction. Write a clearly different, improved "
     "instruction that fixes the failures described in the feedback, between {open} and {close}.",
-    "chat reply": "Do not talk to me or ask for inputs. Write the instruction for the assistant itself, between "
+    Outcome.CHAT_REPLY: "Do not talk to me or ask for inputs. Write the instruction for the assistant itself, between "
     "{open} and {close}.",
-    "copies our prompt markers": "That contains markers from my message (example headers, tags or cut marks). "
+    Outcome.SCAFFOLDING: "That contains markers from my message (example headers, tags or cut marks). "
     "Write only the instruction itself, in plain words, between {open} and {close}.",
-    "echoes the examples": "That copies the examples. Write general instructions for the task instead (rules, "
+    Outcome.ECHO: "That copies the examples. Write general instructions for the task instead (rules, "
     "format, facts), between {open} and {close}.",
-    "already tried": "That instruction was proposed before. Write a different, improved instruction that "
+    Outcome.ALREADY_TRIED: "That instruction was proposed before. Write a different, improved instruction that "
     "fixes the failures described in the feedback, between {open} and {close}.",
 }
 
 
 # The same, for an artifact (a component with a description): it is "the text", never "the instruction".
 ARTIFACT_RETRY_HINTS = {
-    "empty": "I found no text in your answer. Write the complete new text between {open} and {close}.",
-    "unchanged": "That is the same as the current text. Write an improved text that fixes the mistakes the "
+    Outcome.EMPTY: "I found no text in your answer. Write the complete new text between {open} and {close}.",
+    Outcome.UNCHANGED: "That is the same as the current text. Write an improved text that fixes the mistakes the "
     "feedback names, between {open} and {close}.",
-    "chat reply": "Do not talk to me or ask for inputs. Write only the new text itself, between {open} and {close}.",
-    "copies our prompt markers": "That contains markers from my message (example headers, tags or cut marks). "
-    "Write only the new text itself, between {open} and {close}.",
-    "echoes the examples": "That copies the examples. Write a text that works in general, between {open} and "
+    Outcome.CHAT_REPLY: "Do not talk to me or ask for inputs. Write only the new text itself, between {open} and "
     "{close}.",
-    "already tried": "That text was proposed before. Write a different, improved text that fixes the "
+    Outcome.SCAFFOLDING: "That contains markers from my message (example headers, tags or cut marks). "
+    "Write only the new text itself, between {open} and {close}.",
+    Outcome.ECHO: "That copies the examples. Write a text that works in general, between {open} and "
+    "{close}.",
+    Outcome.ALREADY_TRIED: "That text was proposed before. Write a different, improved text that fixes the "
     "mistakes the feedback names, between {open} and {close}.",
 }
 
@@ -108,7 +111,7 @@ def lessons(raw: str) -> list[str]:
     return [_BULLET.sub("", line).strip() for line in head[start:].splitlines()[1:] if _BULLET.match(line)]
 
 
-def retry_messages(messages: list[Message], raw: str, reason: str, *, artifact: bool = False) -> list[Message]:
+def retry_messages(messages: list[Message], raw: str, reason: Outcome, *, artifact: bool = False) -> list[Message]:
     """The conversation for the next attempt: the rejected answer and why it was rejected.
 
     A model that wrote good lessons and then copied the old instruction is asked to turn its own lessons
@@ -119,7 +122,7 @@ def retry_messages(messages: list[Message], raw: str, reason: str, *, artifact: 
         return messages
     text = hint.format(open=OPEN_TAG, close=CLOSE_TAG)
     found = lessons(raw)
-    if reason == "unchanged" and found and not artifact:
+    if reason is Outcome.UNCHANGED and found and not artifact:
         listed = "\n".join(f"- {x}" for x in found)
         text = ("That is (nearly) the same as the current instruction, so the assistant would fail again in the "
                 f"same way. Write the instruction again, and this time turn your lessons into explicit rules in "
@@ -142,10 +145,10 @@ class ReflectionExample:
 
 @dataclass(frozen=True)
 class ReflectionProposal:
-    """A parsed answer of the reflection LM; `rejected` names why it is unusable, or is empty."""
+    """A parsed answer of the reflection LM; `rejected` says why it is unusable, or is None."""
 
     text: str
-    rejected: str = ""
+    rejected: Outcome | None = None
     raw: str = ""
 
 
@@ -170,12 +173,24 @@ def reflective_examples(
         calls = [t for t in r.trace if t.component == component]
         if calls:
             out.append(ReflectionExample("\n---\n".join(t.inputs for t in calls),
-                                         "\n---\n".join(t.output for t in calls), component_feedback(r, calls),
+                                         "\n---\n".join(t.output for t in calls),
+                                         with_gold(component_feedback(r, calls), r, by_id.get(r.example_id)),
                                          r.score.value))
         else:
             out.append(whole_run(r, by_id.get(r.example_id)))
     # failures first: they carry the lessons; at equal score the component's own trace before a whole run
     return sorted(out, key=lambda e: (e.score, e.whole_run))
+
+
+def with_gold(feedback: str, rollout: Rollout, example: Example | None, limit: int = 300) -> str:
+    """The feedback of a failed rollout, with the example's gold after it when the feedback does not already show
+    it (a bare-float metric's automatic line says nothing of what was expected)."""
+    if example is None or example.gold is None or rollout.score.value >= 1.0:
+        return feedback
+    gold = render_value(example.gold).strip()
+    if not gold or gold in feedback or (isinstance(example.gold, str) and example.gold.strip() in feedback):
+        return feedback
+    return f"{feedback}\nExpected: {clip(gold, limit)}"
 
 
 def component_feedback(rollout: Rollout, calls: Sequence[TraceEntry]) -> str:
@@ -194,14 +209,14 @@ def whole_run(rollout: Rollout, example: Example | None) -> ReflectionExample:
         output = f"(no output: the {rollout.stage or 'program'} raised {rollout.error})"
     else:
         output = "(no output)"
-    return ReflectionExample(inputs, output, rollout.score.feedback, rollout.score.value, whole_run=True)
+    return ReflectionExample(inputs, output, with_gold(rollout.score.feedback, rollout, example), rollout.score.value,
+                             whole_run=True)
 
 
 def shorten_messages(text: str, limit: int) -> list[Message]:
     """A new request for an instruction over the length budget: shorten it. A fresh conversation, not a retry of
-    the one it came from: asked again there, a small model writes its own long answer back (the demo's 1.5B
-    reflection LM brought 1 of 7 over-long answers within the limit that way, and 11 of 15 when asked to shorten
-    them, `benchmarks/results/reflection_probe.md`). The limit is said in words too: small models count words."""
+    the one it came from, where a small model writes its own long answer back (docs/design-notes.md). The limit is
+    said in words too: small models count words."""
     user = (f"This instruction is too long: it has {len(text)} characters.\n"
             f"<current_instruction>\n{text}\n</current_instruction>\n\n"
             f"Rewrite it in at most {limit} characters (about {max(limit // 6, 1)} words). Keep every rule and "
@@ -385,20 +400,20 @@ def vet(
     if finish_reason == "length":
         text, looped = drop_repeats(text)
         if not looped:
-            return ReflectionProposal("", "truncated", raw)
+            return ReflectionProposal("", Outcome.TRUNCATED, raw)
     if len(text) < min_chars:
-        return ReflectionProposal(text, "empty", raw)
+        return ReflectionProposal(text, Outcome.EMPTY, raw)
     if _normal(text) == _normal(current) or (
         difflib.SequenceMatcher(None, _normal(text), _normal(current)).ratio() >= max_similarity
     ):
-        return ReflectionProposal(text, "unchanged", raw)
+        return ReflectionProposal(text, Outcome.UNCHANGED, raw)
     if _CHAT_OPENERS.match(text) or (_CHAT_ASKS.search(text) and len(text) < 400):
-        return ReflectionProposal(text, "chat reply", raw)
+        return ReflectionProposal(text, Outcome.CHAT_REPLY, raw)
     if has_scaffolding(text):
-        return ReflectionProposal(text, "copies our prompt markers", raw)
+        return ReflectionProposal(text, Outcome.SCAFFOLDING, raw)
     if echo_fraction(text, examples) > max_echo:
-        return ReflectionProposal(text, "echoes the examples", raw)
-    return ReflectionProposal(text, "", raw)
+        return ReflectionProposal(text, Outcome.ECHO, raw)
+    return ReflectionProposal(text, None, raw)
 
 
 # A chat reply in prose ("Certainly! ...", "Sure, here is ..."), not a regex or code that starts with "hi\b".
@@ -411,19 +426,19 @@ def vet_artifact(raw: str, finish_reason: str, current: str, examples: Sequence[
     unchanged (one character can fix a regex), a cut-off text is broken (repeated lines are normal in code),
     and only prose-like chat replies and our own markers are refused."""
     if finish_reason == "length":
-        return ReflectionProposal("", "truncated", raw)
+        return ReflectionProposal("", Outcome.TRUNCATED, raw)
     text = parse_proposal(raw, artifact=True)
     if not text.strip():
-        return ReflectionProposal(text, "empty", raw)
+        return ReflectionProposal(text, Outcome.EMPTY, raw)
     if text.strip() == current.strip():
-        return ReflectionProposal(text, "unchanged", raw)
+        return ReflectionProposal(text, Outcome.UNCHANGED, raw)
     if _CHAT_PROSE.match(text):
-        return ReflectionProposal(text, "chat reply", raw)
+        return ReflectionProposal(text, Outcome.CHAT_REPLY, raw)
     if _ARTIFACT_SCAFFOLDING.search(text):
-        return ReflectionProposal(text, "copies our prompt markers", raw)
+        return ReflectionProposal(text, Outcome.SCAFFOLDING, raw)
     if echo_fraction(text, examples) > max_echo:
-        return ReflectionProposal(text, "echoes the examples", raw)
-    return ReflectionProposal(text, "", raw)
+        return ReflectionProposal(text, Outcome.ECHO, raw)
+    return ReflectionProposal(text, None, raw)
 
 
 # Text of ours that must never end up inside a candidate (small models copy what they see).

@@ -3,13 +3,43 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from gepetto.engine.answers import AnswerSet
 from gepetto.engine.pareto import ParetoArchive
 from gepetto.ledger import Ledger
 from gepetto.program import Rollout
 from gepetto.types import Candidate
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class MemoryKey(Generic[T]):
+    """A typed entry of `RunState.memory`: its name (by convention "owner.what", e.g. "edit.rules_tried") and
+    how its empty value is made."""
+
+    name: str
+    empty: Callable[[], T]
+
+
+class Memory(dict[str, Any]):
+    """What strategies remember between iterations, by name: a plain dict for a strategy of one's own, and typed
+    entries (`MemoryKey`) for the built-ins."""
+
+    def of(self, key: MemoryKey[T]) -> T:
+        """The entry `key`, made empty first if it is not there yet."""
+        if key.name not in self:
+            self[key.name] = key.empty()
+        value: T = self[key.name]
+        return value
+
+    def peek(self, key: MemoryKey[T]) -> T | None:
+        """The entry `key`, or None when it was never made (nothing is added)."""
+        value: T | None = self.get(key.name)
+        return value
 
 
 @dataclass
@@ -24,6 +54,8 @@ class CandidateRecord:
     component: str | None  # the component reflection rewrote (None for seed and merge)
     val_scores: dict[str, float]
     rollouts_at_creation: int
+    evident: bool = True  # it beats the seed on evidence (pareto.beats), so it may be the best
+
 
     @property
     def mean(self) -> float:
@@ -34,7 +66,7 @@ class CandidateRecord:
             "index": self.index, "id": self.candidate.id, "texts": self.candidate.to_dict(),
             "parents": list(self.parents), "origin": self.origin, "iteration": self.iteration,
             "component": self.component, "val_scores": self.val_scores, "mean": self.mean,
-            "rollouts_at_creation": self.rollouts_at_creation,
+            "rollouts_at_creation": self.rollouts_at_creation, "evident": self.evident,
         }
 
 
@@ -90,9 +122,13 @@ class RunState:
     history: list[tuple[int, float]] = field(default_factory=list)  # (rollouts used, best mean) on change
     proposals: Counter = field(default_factory=Counter)  # outcome -> count
     # what strategies remember between iterations (e.g. the edit proposer's rules that did not help), by key
-    memory: dict[str, Any] = field(default_factory=dict)
+    memory: Memory = field(default_factory=Memory)
     ledger: Ledger = field(default_factory=Ledger)
     means: list[float] = field(default_factory=list)  # records[i].mean, computed once per record
+    # what the seed's validation showed of the task's answers (engine/answers.py, engine/route.py): the closed
+    # answer set, if any, and the components whose answers are the program's
+    answers: AnswerSet | None = None
+    answering: tuple[str, ...] = ()
     archive: ParetoArchive = field(init=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +147,7 @@ class RunState:
     def add_record(self, record: CandidateRecord) -> None:
         row = [record.val_scores[i] for i in self.val_ids]
         record.index = self.archive.add(row)
+        record.evident = self.archive.evident[record.index]
         self.records.append(record)
         self.means.append(record.mean)
         best = self.means[self.archive.best()]

@@ -1,13 +1,14 @@
 """The swappable decisions of the loop: which parent, which components, which minibatch, whether a child passes.
 
-Each decision is a small Protocol with built-in implementations, named by a string in `EngineConfig` (the first is
-the default, the paper's GEPA) or given as an object to `gepetto.optimize(...)`:
+Each decision is a small protocol with built-in implementations, named in `EngineConfig` by a spec, the name with
+its parameters if any (`epsilon-greedy(epsilon=0.2)`: gepetto.specs), or given as an object to
+`gepetto.optimize(...)` (a built-in one, `EpsilonGreedy(0.2)`, is stored by its spec):
 
-    parent_selector     "pareto" | "current-best" | "epsilon-greedy"     (ParentSelector)
-    component_selector  "round-robin" | "all"                           (ComponentSelector)
-    minibatch_sampler   "epoch-shuffled"                                (MinibatchSampler)
-    accept              "strict" | "non_decreasing" | "paired"          (Acceptance)
-    proposer            "rewrite" | "edit"                              (engine/proposers.py)
+    parent_selector     auto | pareto | current-best | epsilon-greedy(epsilon)     (ParentSelector)
+    component_selector  round-robin | all                                          (ComponentSelector)
+    minibatch_sampler   epoch-shuffled                                             (MinibatchSampler)
+    accept              strict | non_decreasing | paired(tolerance, retests)       (Acceptance)
+    proposer            auto | rewrite | edit, with few-shot demonstrations        (engine/proposers.py)
     stop conditions     (engine/stopping.py)
 
 The contract every strategy keeps, so that a stored run resumes exactly: a resumed run replays every decision
@@ -22,16 +23,16 @@ object: the same object may serve a run and then its resume.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from gepetto.config import PYTHON, STRATEGIES, ConfigError, EngineConfig
+from gepetto.config import PYTHON, STRATEGIES, EngineConfig
+from gepetto.engine.minibatch import EpochShuffled
+from gepetto.engine.proposers import FewShot, Proposer, as_proposer
 from gepetto.engine.state import RunState
+from gepetto.specs import REGISTRY, ConfigError, Knobs, build, builtin, is_builtin, knob
 from gepetto.types import Candidate, Example
-
-if TYPE_CHECKING:
-    from gepetto.engine.proposers import Proposer
 
 
 class ParentSelector(Protocol):
@@ -70,22 +71,38 @@ class MinibatchSampler(Protocol):
                  ) -> list[Example]: ...
 
 
-class Acceptance(Protocol):
-    """Whether a child passes its test: gets the parent's and the child's scores on the same examples (in the
-    same order) and returns True to validate the child (pay for its full validation pass), False to reject it.
+class Acceptance:
+    """Whether a child passes its test: called with the parent's and the child's scores on the same examples (in
+    the same order), returns True to validate the child (pay for its full validation pass), False to reject it.
 
-    None asks for more evidence. A strategy that may answer None says how many times at most in an attribute
-    `retests` (an int; none: 0). For each, the engine runs parent and child on as many fresh training examples
-    as the test had (ones not yet in this comparison; their rollouts are set aside when the proposal is
-    planned, so the budget holds) and asks again with the scores pooled (the earlier ones first). None with no
-    re-test left, or no fresh example left, is a rejection.
+    None asks for more evidence, at most `retests` times (the base's 0: never). For each, the engine runs parent
+    and child on as many fresh training examples as the test had (ones not yet in this comparison; their rollouts
+    are set aside when the proposal is planned, so the budget holds) and asks again with the scores pooled (the
+    earlier ones first). None with no re-test left, or no fresh example left, is a rejection. A plain function is
+    an acceptance that never re-tests; derive from this class to declare `retests`.
     """
 
-    def __call__(self, before: Sequence[float], after: Sequence[float]) -> bool | None: ...
+    retests: int = 0
+
+    def __call__(self, before: Sequence[float], after: Sequence[float]) -> bool | None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _Function(Acceptance):
+    """An acceptance given as a plain function: it never re-tests."""
+
+    function: Any
+
+    def __call__(self, before: Sequence[float], after: Sequence[float]) -> bool | None:
+        verdict: bool | None = self.function(before, after)
+        return verdict
 
 
 # ---- parent selection ----------------------------------------------------------------------------------------
-class Pareto:
+@builtin("parent_selector", "pareto")
+@dataclass(frozen=True)
+class Pareto(Knobs):
     """The paper's rule: a candidate of the Pareto front, drawn in proportion to the validation examples on which
     it has the best score (the best mean gets at least one vote: engine/pareto.py)."""
 
@@ -93,27 +110,40 @@ class Pareto:
         return state.archive.sample(rng)
 
 
-class CurrentBest:
-    """Always the best candidate (`best_index`: the highest mean, the earliest of ties). Draws nothing."""
+@builtin("parent_selector", "auto")
+@dataclass(frozen=True)
+class RouteParent(Pareto):
+    """The run's route chooses (engine/route.py): current-best on the labels route, else pareto; the paper's
+    (pareto) until the route is settled."""
+
+
+@builtin("parent_selector", "current-best")
+@dataclass(frozen=True)
+class CurrentBest(Knobs):
+    """Always the leader: the highest mean, the earliest of ties (`ParetoArchive.leader`; the candidate a run
+    returns must also beat the seed on evidence). Draws nothing."""
 
     def __call__(self, state: RunState, rng: random.Random) -> int:
-        return state.archive.best()
+        return state.archive.leader()
 
 
+@builtin("parent_selector", "epsilon-greedy")
 @dataclass(frozen=True)
-class EpsilonGreedy:
-    """The best candidate, or with probability `epsilon` any candidate of the pool (uniformly)."""
+class EpsilonGreedy(Knobs):
+    """The leader (as CurrentBest), or with probability `epsilon` any candidate of the pool (uniformly)."""
 
-    epsilon: float = 0.1
+    epsilon: float = knob(0.1, "The probability of a random parent.", ge=0, le=1)
 
     def __call__(self, state: RunState, rng: random.Random) -> int:
         if rng.random() < self.epsilon:
             return rng.randrange(len(state.records))
-        return state.archive.best()
+        return state.archive.leader()
 
 
 # ---- component selection -------------------------------------------------------------------------------------
-class RoundRobin:
+@builtin("component_selector", "round-robin")
+@dataclass(frozen=True)
+class RoundRobin(Knobs):
     """One component per proposal: each parent goes through the components in turn (`state.next_component`)."""
 
     def __call__(self, state: RunState, parent: int, components: Sequence[str], rng: random.Random
@@ -123,7 +153,9 @@ class RoundRobin:
         return (components[turn % len(components)],)
 
 
-class AllComponents:
+@builtin("component_selector", "all")
+@dataclass(frozen=True)
+class AllComponents(Knobs):
     """Every component at once: one proposal rewrites each of them (one reflection call per component)."""
 
     def __call__(self, state: RunState, parent: int, components: Sequence[str], rng: random.Random
@@ -131,70 +163,34 @@ class AllComponents:
         return tuple(components)
 
 
-# ---- minibatch sampling --------------------------------------------------------------------------------------
-@dataclass
-class EpochShuffled:
-    """The next `size` examples of the training order, shuffled anew each epoch, skipping examples the parent
-    already solves (they teach nothing) unless too few are left.
-
-    The order of epoch k comes from `random.Random(f"{seed}:epoch:{k}")`, not from the iteration's rng, so that
-    an epoch is one fixed permutation whatever the iterations draw; the position is `state.train_cursor`.
-    """
-
-    size: int
-    seed: int = 0
-    perfect_score: float = 1.0
-    # (epoch, its order): a cache, derived from the seed alone
-    _order: tuple[int, list[int]] = field(default=(-1, []), init=False, repr=False)
-
-    def next_example(self, state: RunState, trainset: Sequence[Example]) -> Example:
-        """The example at the training cursor, and advance the cursor."""
-        epoch, pos = divmod(state.train_cursor, len(trainset))
-        if self._order[0] != epoch:
-            order = list(range(len(trainset)))
-            random.Random(f"{self.seed}:epoch:{epoch}").shuffle(order)
-            self._order = (epoch, order)
-        state.train_cursor += 1
-        return trainset[self._order[1][pos]]
-
-    def __call__(self, state: RunState, parent: Candidate, trainset: Sequence[Example], rng: random.Random
-                 ) -> list[Example]:
-        b = min(self.size, len(trainset))
-        chosen: list[Example] = []
-        solved: list[Example] = []
-        for _ in range(len(trainset)):
-            ex = self.next_example(state, trainset)
-            if any(ex.id == c.id for c in chosen):
-                continue
-            known = state.known(parent, ex.id)
-            if known is not None and known.score.value >= self.perfect_score:
-                solved.append(ex)
-                continue
-            chosen.append(ex)
-            if len(chosen) == b:
-                break
-        return (chosen + solved)[:b]
-
-
 # ---- acceptance ----------------------------------------------------------------------------------------------
-def strict(before: Sequence[float], after: Sequence[float]) -> bool:
-    """The child scores higher in total than its parent."""
-    return sum(after) > sum(before)
-
-
-def non_decreasing(before: Sequence[float], after: Sequence[float]) -> bool:
-    """The child scores at least as high in total as its parent."""
-    return sum(after) >= sum(before)
-
-
+@builtin("accept", "strict")
 @dataclass(frozen=True)
-class Paired:
+class Strict(Knobs, Acceptance):
+    """The child scores higher in total than its parent."""
+
+    def __call__(self, before: Sequence[float], after: Sequence[float]) -> bool:
+        return sum(after) > sum(before)
+
+
+@builtin("accept", "non_decreasing")
+@dataclass(frozen=True)
+class NonDecreasing(Knobs, Acceptance):
+    """The child scores at least as high in total as its parent."""
+
+    def __call__(self, before: Sequence[float], after: Sequence[float]) -> bool:
+        return sum(after) >= sum(before)
+
+
+@builtin("accept", "paired")
+@dataclass(frozen=True)
+class Paired(Knobs, Acceptance):
     """For a noisy task LM or judge: the mean paired difference (child minus parent, example by example) must
     exceed `tolerance` to pass and fall below -`tolerance` to fail; in between (a tie within the noise) parent and
-    child are tested once more on fresh examples and the pooled pairs decide (a tie again is a rejection)."""
+    child are tested again on fresh examples and the pooled pairs decide (a tie after the last is a rejection)."""
 
-    tolerance: float = 0.0
-    retests: int = 1
+    tolerance: float = knob(0.0, "A mean gain per example within this of 0 is a tie, tested again.", ge=0, le=1)
+    retests: int = knob(1, "How many times a tie is tested again on fresh examples.", ge=0)
 
     def __call__(self, before: Sequence[float], after: Sequence[float]) -> bool | None:
         if not after:
@@ -218,33 +214,10 @@ def retest_examples(trainset: Sequence[Example], used: set[str], n: int, rng: ra
     return rng.sample(pool, min(n, len(pool)))
 
 
-# ---- the built-ins by name -----------------------------------------------------------------------------------
-def _proposer(name: str) -> Callable[[EngineConfig], Any]:
-    def build(cfg: EngineConfig) -> Any:
-        from gepetto.engine.proposers import Edit, FewShot, Rewrite
-
-        proposer = Edit(cfg) if name == "edit" else Rewrite()
-        return FewShot(proposer, cfg) if cfg.demonstrations else proposer
-
-    return build
-
-
-BUILTINS: dict[str, dict[str, Callable[[EngineConfig], Any]]] = {
-    "parent_selector": {"pareto": lambda cfg: Pareto(), "current-best": lambda cfg: CurrentBest(),
-                        "epsilon-greedy": lambda cfg: EpsilonGreedy(cfg.epsilon)},
-    "component_selector": {"round-robin": lambda cfg: RoundRobin(), "all": lambda cfg: AllComponents()},
-    "minibatch_sampler": {"epoch-shuffled": lambda cfg: EpochShuffled(cfg.minibatch_size, cfg.seed,
-                                                                      cfg.perfect_score)},
-    "proposer": {"rewrite": _proposer("rewrite"), "edit": _proposer("edit")},
-    "accept": {"strict": lambda cfg: strict, "non_decreasing": lambda cfg: non_decreasing,
-               "paired": lambda cfg: Paired(cfg.accept_tolerance)},
-}
-assert {k: tuple(v) for k, v in BUILTINS.items()} == STRATEGIES  # config.py names them, for the CLI and files
-
-
+# ---- the strategies of one engine ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Strategies:
-    """The strategies of one engine, resolved from the config's names and the objects given."""
+    """The strategies of one engine, resolved from the config's specs and the objects given."""
 
     parent_selector: ParentSelector
     component_selector: ComponentSelector
@@ -254,34 +227,76 @@ class Strategies:
 
     @classmethod
     def resolve(cls, cfg: EngineConfig, given: Mapping[str, Any] | None = None) -> Strategies:
-        """Each strategy: the object in `given` (by option name), else the built-in `cfg` names."""
-        return cls(**{option: resolve(option, (given or {}).get(option), cfg) for option in BUILTINS})
+        """Each strategy: the object in `given` (by option name), else the built-in the config's spec names; the
+        proposer with few-shot demonstrations around it when the config asks for them."""
+        chosen = {option: resolve(option, (given or {}).get(option), cfg) for option in STRATEGIES}
+        return cls(**chosen)
 
 
-def resolve(option: str, spec: Any, cfg: EngineConfig) -> Any:
-    """The strategy for `option`: `spec` itself (an object), or the built-in named by `spec` or by the config."""
-    if spec is not None and not isinstance(spec, str):
-        needs = "an async propose(request) method" if option == "proposer" else "to be callable"
-        if not (callable(getattr(spec, "propose", None)) if option == "proposer" else callable(spec)):
-            raise ConfigError(f"{option}: {type(spec).__name__} is no {option.replace('_', ' ')} ({needs})")
-        if option == "proposer" and cfg.fewshot:  # demonstrations beside a proposer of one's own: when asked for
-            from gepetto.engine.proposers import FewShot
+def resolve(option: str, obj: Any, cfg: EngineConfig) -> Any:
+    """The strategy for `option`: `obj` itself (an object of one's own), or the built-in it is or the config
+    names (made for this run: `Knobs.bind`)."""
+    if obj is not None and not isinstance(obj, str) and not is_builtin(option, obj):
+        if option == "proposer":
+            proposer = as_proposer(obj)
+            fewshot = build("fewshot", cfg.fewshot)  # beside a proposer of one's own: when k is set
+            return fewshot.around(proposer).bind(cfg) if isinstance(fewshot, FewShot) and cfg.fewshot_k else proposer
+        if not callable(obj):
+            raise ConfigError(f"{option}: {type(obj).__name__} is no {option.replace('_', ' ')} (it must be callable)")
+        if option == "accept" and not isinstance(obj, Acceptance):
+            if hasattr(obj, "retests"):
+                raise ConfigError(f"accept: {type(obj).__name__} has `retests`: derive it from "
+                                  "gepetto.strategies.Acceptance, which declares it (a plain callable never re-tests)")
+            return _Function(obj)
+        return obj
+    spec = obj or getattr(cfg, option)
+    if isinstance(spec, str) and spec.startswith(PYTHON):
+        raise ConfigError(f"{option} {spec!r} stands for an object given to gepetto.optimize(); pass that object "
+                          f"again ({option}=...), or a built-in: {', '.join(STRATEGIES[option])}")
+    strategy = build(option, spec).bind(cfg)
+    if option == "proposer" and cfg.demonstrations:
+        fewshot = build("fewshot", cfg.fewshot)
+        if isinstance(fewshot, FewShot):
+            return fewshot.around(strategy).bind(cfg)
+    return strategy
 
-            return FewShot(spec, cfg)
-        return spec
-    name = spec or getattr(cfg, option)
-    if name.startswith(PYTHON):
-        raise ConfigError(f"{option} {name!r} stands for an object given to gepetto.optimize(); pass that object "
-                          f"again ({option}=...), or a built-in: {', '.join(BUILTINS[option])}")
-    if name not in BUILTINS[option]:
-        raise ConfigError(f"{option}: unknown {name!r}; accepted: {', '.join(BUILTINS[option])}")
-    return BUILTINS[option][name](cfg)
+
+def builtin_spec(obj: Any) -> str | None:
+    """The spec of a built-in strategy object (`EpsilonGreedy(0.2)`: "epsilon-greedy(epsilon=0.2)"), None for
+    any other object (a subclass of one's own too)."""
+    return obj.spec if any(is_builtin(option, obj) for option in REGISTRY) else None
 
 
 def label(obj: Any) -> str:
-    """How a strategy object (or an LM object, a program) is named in a stored run's config: its built-in name
-    when it is a string, else python:MODULE:QUALNAME of its function or class."""
+    """How a strategy object (or an LM object, a program) is named in a stored run's config: its spec when it is
+    a string or a built-in, else python:MODULE:QUALNAME of its function or class."""
     if isinstance(obj, str):
         return obj
+    spec = builtin_spec(obj)
+    if spec is not None:
+        return spec
     target = obj if hasattr(obj, "__qualname__") else type(obj)
     return f"{PYTHON}{getattr(target, '__module__', '?')}:{target.__qualname__}"
+
+
+__all__ = [
+    "Acceptance",
+    "AllComponents",
+    "ComponentSelector",
+    "CurrentBest",
+    "EpochShuffled",
+    "EpsilonGreedy",
+    "MinibatchSampler",
+    "NonDecreasing",
+    "Paired",
+    "ParentSelector",
+    "Pareto",
+    "RoundRobin",
+    "RouteParent",
+    "Strategies",
+    "Strict",
+    "builtin_spec",
+    "label",
+    "resolve",
+    "retest_examples",
+]

@@ -1,11 +1,17 @@
 """DSPy programs: evolve the instructions of every predictor of a `dspy.Module` with gepetto.
 
     import dspy
-    from gepetto.integrations import dspy as gdspy
+    from gepetto.integrations.dspy import GEPA
 
     dspy.configure(lm=dspy.LM("openai/gpt-4.1-mini"))          # the task LM: DSPy calls it, as always
+    optimized = GEPA(metric=metric, auto="light", reflection_lm=dspy.LM("openai/gpt-4.1")).compile(
+        program, trainset=trainset, valset=valset)
+
+`GEPA` is a `dspy.teleprompt.Teleprompter` with dspy.GEPA's main arguments; `optimize` is the same run as a
+function returning (optimised module, gepetto Result):
+
     optimized, result = gdspy.optimize(program, trainset, metric, valset=valset,
-                                       reflection_lm="openai:gpt-4.1", budget=300)
+                                       reflection_lm="openai/gpt-4.1", budget=300)
 
 Each predictor of the module (`module.named_predictors()`: "classify", "answer.predict", ...) is a component
 named by its path, whose text is its signature's instructions. A rollout runs a private copy of the module with
@@ -17,39 +23,48 @@ calls. The metric is DSPy's: `metric(gold, pred)`, `metric(gold, pred, trace)` o
 `dspy.Prediction(score=..., feedback=...)`.
 
 The task LM is DSPy's (`dspy.configure(lm=...)`, a `dspy.context(lm=...)` around the call, or a predictor's own
-`lm`); gepetto's task LM is not used. The reflection LM is a gepetto LM: a name such as "local:qwen2.5-coder-1.5b"
-or "openai:MODEL@URL", or an LM object. `storage=` and `run=` keep the run in the run store like any program
-(`gepetto runs/show/report/export`; calling again with the same `run` resumes it exactly, from the stored
-rollouts and reflection answers). The loop's options are `gepetto.optimize`'s: `config=` (a
-`gepetto.config.EngineConfig`) with any keyword given (budget, seed, callbacks, proposer, ...) in its place.
+`lm`); gepetto's task LM is not used. The reflection LM is a `dspy.LM`, a gepetto LM name such as
+"local:qwen2.5-coder-1.5b", "openai/gpt-4.1" or "openai:MODEL@URL", or a gepetto LM object. `storage=` and `run=`
+keep the run in the run store like any program (`gepetto runs/show/report/export`; calling again with the same
+`run` resumes it exactly, from the stored rollouts and reflection answers). The loop's options are
+`gepetto.optimize`'s: `config=` (a `gepetto.config.EngineConfig`) with any keyword given (budget, seed,
+callbacks, proposer, ...) in its place.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import difflib
 import inspect
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from gepetto._install import install_hint
 
 try:
     import dspy
+    from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 except ImportError as exc:  # pragma: no cover - run without DSPy installed
-    raise ImportError('gepetto.integrations.dspy needs DSPy: pip install "gepetto[dspy]"') from exc
+    raise ImportError(f"gepetto.integrations.dspy needs DSPy: {install_hint('dspy')}") from exc
 
+from gepetto.api import OptimizeOptions
 from gepetto.api import optimize as _optimize
 from gepetto.api import optimize_async as _optimize_async
 from gepetto.config import DEFAULT_REFLECTION_LM, CacheMode, EngineConfig, UnknownOptionError
 from gepetto.engine.loop import Result
 from gepetto.events import Callbacks
-from gepetto.lm.base import Completion, LMError, LMSetupError, LMUnavailable, Message
+from gepetto.lm.base import Completion, LMError, LMSetupError, LMUnavailable, Message, Usage
 from gepetto.program import Context, render_value
 from gepetto.types import Candidate, Example, Score
 
-__all__ = ["DSPyTaskLM", "ModuleRun", "optimize", "optimize_async", "seed_candidate", "with_instructions"]
+__all__ = ["GEPA", "DSPyLM", "DSPyTaskLM", "DetailedResults", "ModuleRun", "auto_budget", "optimize", "optimize_async",
+           "seed_candidate", "with_instructions"]
 
 # gepetto.optimize's arguments the integration sets itself: the module is the program, DSPy's LM the task LM
 _TAKEN = frozenset({"program", "task_lm", "task_lm_params", "seed_candidate", "trainset", "metric"})
@@ -99,6 +114,54 @@ class DSPyTaskLM:
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         raise LMError("a DSPy program calls its LM through DSPy (dspy.configure(lm=...)), not through ctx.lm")
+
+
+# gepetto's LM params a DSPy request carries (the reflection LM's are temperature, max_tokens, seed and stop)
+_REQUEST_PARAMS = frozenset({"temperature", "max_tokens", "seed", "stop", "top_p", "response_format"})
+
+
+class DSPyLM:
+    """A DSPy LM (`dspy.LM(...)`, any `dspy.BaseLM`) as a gepetto LM, e.g. the reflection LM: each call goes through
+    DSPy (its engine, response cache, history and usage tracking), in a worker thread."""
+
+    def __init__(self, lm: Any) -> None:
+        if not isinstance(lm, dspy.BaseLM):
+            raise TypeError(f"expected a dspy.LM, got {type(lm).__name__}")
+        self.lm = lm
+        self.name = f"dspy:{lm.model}"
+
+    async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        unknown = set(params) - _REQUEST_PARAMS
+        if unknown:
+            raise LMError(f"{self.name}: parameters a DSPy request does not carry: {sorted(unknown)}")
+        return await asyncio.to_thread(self._call, list(messages), params)
+
+    def _call(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        from dspy import lm15
+
+        request = lm15.request_from_openai_chat({"model": self.lm.model, "messages": messages, **params})
+        try:
+            response = self.lm(request)
+        except Exception as exc:
+            failure = _infrastructure(exc)
+            if failure is not None:
+                raise failure from exc
+            raise LMError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        usage = response.usage
+        counted = usage is not None and (usage.input_tokens is not None or usage.output_tokens is not None)
+        text = response.text or ""
+        if counted:
+            tokens = Usage(usage.input_tokens or 0, usage.output_tokens or 0)
+        else:  # the engine reported no usage: the ledger's usual estimate
+            from gepetto.lm.base import estimated_usage
+
+            tokens = estimated_usage(messages, text)
+        return Completion(text, tokens, finish_reason=str(response.finish_reason or "stop"))
+
+
+def as_lm(lm: Any) -> Any:
+    """A reflection LM as gepetto takes it: a `dspy.LM` wrapped in `DSPyLM`; a name or gepetto LM as it is."""
+    return DSPyLM(lm) if isinstance(lm, dspy.BaseLM) else lm
 
 
 class ModuleRun(dict):
@@ -373,15 +436,16 @@ def optimize(module: Any, trainset: Sequence[Any], metric: Callable[..., Any], *
     response cache (off by default: rollouts call the LM, so runs stay independent of earlier ones; a stored
     run resumes exactly from its stored rollouts either way).
 
-    `reflection_lm`, `callbacks` (one callable or a list, called with every typed event: gepetto.events),
+    `reflection_lm`: a `dspy.LM`, a gepetto LM name ("local:qwen2.5-coder-1.5b", "openai/gpt-4.1", ...) or a
+    gepetto LM object. `callbacks` (one callable or a list, called with every typed event: gepetto.events),
     `config` (a `gepetto.config.EngineConfig`; a keyword given wins over it), `budget` (default: the config's),
     `storage`, `run`, `cache` (gepetto's cache of reflection answers) and the other keyword options (seed,
-    minibatch_size, max_concurrency, use_merge, components, component_descriptions, proposer, parent_selector,
+    minibatch_size, max_concurrency, merge, components, component_descriptions, proposer, parent_selector,
     stop, ...) are those of `gepetto.optimize`; an unknown one raises a `gepetto.ConfigError`. The module given
     is never changed.
     """
     seed, kwargs = _prepare(module, trainset, metric, valset, predictor_feedback, dspy_cache, options)
-    result = _optimize(seed, kwargs.pop("trainset"), kwargs.pop("metric"), reflection_lm=reflection_lm,
+    result = _optimize(seed, kwargs.pop("trainset"), kwargs.pop("metric"), reflection_lm=as_lm(reflection_lm),
                        callbacks=callbacks, config=config, budget=budget, storage=storage, run=run, cache=cache,
                        **kwargs, **options)
     return with_instructions(module, result.best_candidate), result
@@ -395,7 +459,232 @@ async def optimize_async(module: Any, trainset: Sequence[Any], metric: Callable[
                          dspy_cache: bool = False, **options: Any) -> tuple[Any, Result]:
     """`optimize` for callers already inside an event loop (a notebook, an async app): same arguments."""
     seed, kwargs = _prepare(module, trainset, metric, valset, predictor_feedback, dspy_cache, options)
-    result = await _optimize_async(seed, kwargs.pop("trainset"), kwargs.pop("metric"), reflection_lm=reflection_lm,
-                                   callbacks=callbacks, config=config, budget=budget, storage=storage, run=run,
-                                   cache=cache, **kwargs, **options)
+    result = await _optimize_async(seed, kwargs.pop("trainset"), kwargs.pop("metric"),
+                                   reflection_lm=as_lm(reflection_lm), callbacks=callbacks, config=config,
+                                   budget=budget, storage=storage, run=run, cache=cache, **kwargs, **options)
     return with_instructions(module, result.best_candidate), result
+
+
+# ---- dspy.GEPA's shape: a Teleprompter ------------------------------------------------------------------------
+
+# dspy.GEPA's `auto` presets: how many candidates the budget is sized for
+AUTO_CANDIDATES: dict[str, int] = {"light": 6, "medium": 12, "heavy": 18}
+_SELECTION = {"pareto": "pareto", "current_best": "current-best"}
+_COMPONENTS = {"round_robin": "round-robin", "all": "all"}
+# gepetto.optimize's options that GEPA's own arguments set (one name for each thing: dspy.GEPA's)
+_GEPA_SETS = {"budget": "auto, max_metric_calls or max_full_evals", "minibatch_size": "reflection_minibatch_size",
+              "parent_selector": "candidate_selection_strategy", "component_selector": "component_selector",
+              "merge": "use_merge and max_merge_invocations", "max_concurrency": "num_threads",
+              "perfect_score": "perfect_score", "seed": "seed", "tracking": "use_mlflow",
+              "reflection_lm": "reflection_lm"}
+
+
+def auto_budget(n_predictors: int, n_candidates: int, n_val: int, minibatch: int = 35, full_eval_every: int = 5
+                ) -> int:
+    """Rollouts for dspy.GEPA's `auto` presets, by DSPy's rule: the seed's validation, 5 bootstrap runs per
+    candidate, a number of trials (growing with predictors and candidates) of `minibatch` runs each, and a full
+    validation every `full_eval_every` trials (one more when the trials are fewer)."""
+    trials = int(max(4 * n_predictors * math.log2(n_candidates), 1.5 * n_candidates))
+    full_evals = (trials + 1) // full_eval_every + 1 + (trials < full_eval_every)
+    return n_val + 5 * n_candidates + trials * minibatch + full_evals * n_val
+
+
+@dataclass(frozen=True)
+class DetailedResults(DspyGEPAResult):
+    """dspy.GEPA's `detailed_results` (candidates as modules, lineage, validation scores keyed by the valset's
+    index, ...), plus gepetto's `Result` (costs, stop reason, `summary()`) and the stored run's name."""
+
+    result: Result | None = None
+    run: str | None = None
+
+
+def detailed_results(module: Any, result: Result, val_ids: Sequence[str], *, seed: int | None = None,
+                     log_dir: str | None = None, run: str | None = None) -> DetailedResults:
+    """A run's pool in dspy.GEPA's terms; `val_ids` are the validation examples' ids in valset order."""
+    pool = result.candidates
+    subscores = [{i: rec.val_scores[eid] for i, eid in enumerate(val_ids) if eid in rec.val_scores} for rec in pool]
+    best_on: dict[Any, set[int]] = {}
+    for i in range(len(val_ids)):
+        scored = [(sub[i], c) for c, sub in enumerate(subscores) if i in sub]
+        if scored:
+            top = max(v for v, _ in scored)
+            best_on[i] = {c for v, c in scored if v == top}
+    return DetailedResults(
+        candidates=[with_instructions(module, rec.candidate) for rec in pool],
+        parents=[list(rec.parents) if rec.parents else [None] for rec in pool],
+        val_aggregate_scores=[rec.mean for rec in pool],
+        val_subscores=subscores,
+        per_val_instance_best_candidates=best_on,
+        discovery_eval_counts=[rec.rollouts_at_creation for rec in pool],
+        total_metric_calls=result.rollouts_used,
+        num_full_val_evals=len(pool),
+        log_dir=log_dir, seed=seed, result=result, run=run)
+
+
+class GEPA(dspy.teleprompt.Teleprompter):
+    """dspy.GEPA's interface on gepetto's engine: `GEPA(metric=..., auto="light", reflection_lm=...)
+    .compile(student, trainset=..., valset=...)` returns an optimised copy of `student`.
+
+    The budget is exactly one of `auto` ("light", "medium", "heavy": sized by DSPy's rule, `auto_budget`),
+    `max_metric_calls` (rollouts: one program run and its score) or `max_full_evals` (that many passes over
+    trainset + valset). dspy.GEPA's arguments keep their meaning: `reflection_minibatch_size`,
+    `candidate_selection_strategy` ("pareto", "current_best"), `component_selector` ("round_robin", "all"),
+    `use_merge`, `max_merge_invocations`, `num_threads` (rollouts at once), `perfect_score`, `seed`,
+    `use_mlflow`; `log_dir` keeps the run in `log_dir/gepetto.sqlite` and compiling again with it resumes the run;
+    `track_stats=True` sets `optimized.detailed_results` (a `DetailedResults`). `reflection_lm` is a `dspy.LM`
+    or a gepetto LM name (default: gepetto's, the embedded local model). The metric may take dspy.GEPA's five
+    arguments or fewer (`optimize` says which forms). What gepetto cannot honour is refused, not ignored:
+    `instruction_proposer`, `code_proposer`, `gepa_kwargs`, W&B, `track_best_outputs`, a `failure_score` other than
+    0, `skip_perfect_score=False`. `add_format_failure_as_feedback` and `warn_on_score_mismatch` are accepted:
+    gepetto always shows reflection the answer DSPy could not parse, and takes the score from the call without
+    `pred_name`.
+
+    gepetto's own: `storage` and `run` (the run store, as in `optimize`), `callbacks`, `config` (an
+    EngineConfig; these arguments win over it) and any other keyword option of `optimize` (`predictor_feedback`,
+    `dspy_cache`, `cache`, `time_limit`, `proposer`, ...). After `compile`, `self.result` is gepetto's Result and
+    `self.run` the stored run's name.
+    """
+
+    def __init__(
+        self,
+        metric: Callable[..., Any],
+        *,
+        auto: Literal["light", "medium", "heavy"] | None = None,
+        max_full_evals: int | None = None,
+        max_metric_calls: int | None = None,
+        reflection_minibatch_size: int = 3,
+        candidate_selection_strategy: Literal["pareto", "current_best"] = "pareto",
+        reflection_lm: Any = None,
+        skip_perfect_score: bool = True,
+        add_format_failure_as_feedback: bool = False,
+        instruction_proposer: Any = None,
+        code_proposer: Any = None,
+        component_selector: Any = "round_robin",
+        use_merge: bool = True,
+        max_merge_invocations: int | None = 5,
+        num_threads: int | None = None,
+        failure_score: float = 0.0,
+        perfect_score: float = 1.0,
+        log_dir: str | Path | None = None,
+        track_stats: bool = False,
+        use_wandb: bool = False,
+        wandb_api_key: str | None = None,
+        wandb_init_kwargs: dict[str, Any] | None = None,
+        track_best_outputs: bool = False,
+        warn_on_score_mismatch: bool = True,
+        use_mlflow: bool = False,
+        seed: int | None = 0,
+        gepa_kwargs: dict[str, Any] | None = None,
+        storage: str | Path | None = None,
+        run: str | None = None,
+        callbacks: Callbacks = None,
+        config: EngineConfig | Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        _metric_arity(metric)  # a metric of the wrong shape is refused here, not after the first rollouts
+        given = [name for name, v in (("auto", auto), ("max_full_evals", max_full_evals),
+                                      ("max_metric_calls", max_metric_calls)) if v is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of auto, max_metric_calls, max_full_evals (as dspy.GEPA); got "
+                             + (", ".join(given) if given else "none"))
+        if auto is not None and auto not in AUTO_CANDIDATES:
+            raise ValueError(f"auto={auto!r}: accepted {', '.join(map(repr, AUTO_CANDIDATES))}")
+        if candidate_selection_strategy not in _SELECTION:
+            raise ValueError(f"candidate_selection_strategy={candidate_selection_strategy!r}: accepted "
+                             f"{', '.join(map(repr, _SELECTION))}")
+        unsupported = {
+            "instruction_proposer": (instruction_proposer is not None,
+                                     "gepetto proposes with its own proposers: proposer='rewrite' or 'edit', or a "
+                                     "gepetto Proposer object (docs/strategies.md)"),
+            "code_proposer": (code_proposer is not None, "dspy.Flex code components are not optimised"),
+            "gepa_kwargs": (bool(gepa_kwargs), "gepa's options do not apply: give gepetto's as keyword options"),
+            "use_wandb": (use_wandb or wandb_api_key is not None or wandb_init_kwargs is not None,
+                          "W&B is not supported; use_mlflow=True tracks the run in MLflow"),
+            "track_best_outputs": (track_best_outputs, "not supported yet; give storage= and read the stored "
+                                                      "rollouts (gepetto export)"),
+            "failure_score": (failure_score != 0.0, "a failed rollout scores 0 in gepetto"),
+            "skip_perfect_score": (not skip_perfect_score, "gepetto never reflects on a minibatch the parent "
+                                                          "solves perfectly"),
+        }
+        refused = [f"{name}: {why}" for name, (bad, why) in unsupported.items() if bad]
+        if refused:
+            raise ValueError("not supported by gepetto's GEPA: " + "; ".join(refused))
+        if log_dir is not None and storage is not None:
+            raise ValueError("give log_dir (dspy.GEPA's) or storage (gepetto's), not both")
+        _check_options(options)
+        self.metric = metric
+        self.auto, self.max_full_evals, self.max_metric_calls = auto, max_full_evals, max_metric_calls
+        self.reflection_lm = reflection_lm
+        self.track_stats, self.seed = track_stats, seed
+        self.log_dir = str(log_dir) if log_dir is not None else None
+        # not `self.callbacks`: DSPy reads that attribute of an optimiser for its own callbacks
+        self.storage, self.run_name, self.event_callbacks, self.config = storage, run, callbacks, config
+        mapped: dict[str, Any] = {
+            "minibatch_size": reflection_minibatch_size,
+            "parent_selector": _SELECTION[candidate_selection_strategy],
+            "component_selector": (_COMPONENTS.get(component_selector, component_selector)
+                                   if isinstance(component_selector, str) else component_selector),
+            "merge": ("off" if not use_merge else "merge" if max_merge_invocations is None
+                      else f"merge(max={max_merge_invocations})"), "max_concurrency": num_threads,
+            "perfect_score": perfect_score, "seed": seed, "tracking": "mlflow" if use_mlflow else None,
+        }
+        # None: gepetto's default (gepetto.optimize takes None as "not given")
+        self.options: dict[str, Any] = {**{k: v for k, v in mapped.items() if v is not None}, **options}
+        self.result: Result | None = None
+        self.run: str | None = None
+
+    def budget(self, student: Any, trainset: Sequence[Any], valset: Sequence[Any] | None) -> int:
+        """The rollout budget this optimiser gives `student` on these sets (dspy.GEPA's `max_metric_calls`)."""
+        if self.max_metric_calls is not None:
+            return self.max_metric_calls
+        if self.max_full_evals is not None:
+            return self.max_full_evals * (len(trainset) + len(valset or ()))
+        assert self.auto is not None
+        return auto_budget(max(len(_predictors(student)), 1), AUTO_CANDIDATES[self.auto],
+                           len(valset) if valset is not None else len(trainset))
+
+    def compile(self, student: Any, *, trainset: Sequence[Any], teacher: Any = None,
+                valset: Sequence[Any] | None = None, **kwargs: Any) -> Any:
+        """Optimise `student`'s instructions; returns an optimised copy (`student` is not changed). Without a
+        valset the trainset is the validation set too, as in dspy.GEPA."""
+        if kwargs:
+            raise TypeError(f"compile() got unexpected keyword arguments: {sorted(kwargs)}")
+        if teacher is not None:
+            raise ValueError("a teacher program is not supported (nor is it by dspy.GEPA)")
+        if not trainset:
+            raise ValueError("trainset must be given and non-empty")
+        storage, run = self.storage, self.run_name
+        if self.log_dir is not None:  # dspy.GEPA resumes from its log_dir: here, a run store in it
+            Path(self.log_dir).mkdir(parents=True, exist_ok=True)
+            storage, run = Path(self.log_dir) / "gepetto.sqlite", run or "gepa"
+        if storage is not None and run is None:  # named here, as gepetto would name it, so `self.run` can say it
+            run = f"{type(student).__name__}-{time.strftime('%Y%m%d-%H%M%S')}"
+        reflection = DEFAULT_REFLECTION_LM if self.reflection_lm is None else self.reflection_lm
+        optimized, result = optimize(student, trainset, self.metric, valset=valset, reflection_lm=reflection,
+                                     callbacks=self.event_callbacks, config=self.config,
+                                     budget=self.budget(student, trainset, valset), storage=storage, run=run,
+                                     **self.options)
+        self.result, self.run = result, run
+        if self.track_stats:
+            val_ids = [e.id for e in _convert(valset if valset is not None else trainset, "valset", {})]
+            optimized.detailed_results = detailed_results(student, result, val_ids, seed=self.seed,
+                                                          log_dir=self.log_dir, run=self.run)
+        return optimized
+
+
+def _check_options(options: Mapping[str, Any]) -> None:
+    """gepetto's keyword options given to GEPA: each must be one `optimize` takes and GEPA does not set."""
+    taken = sorted(set(options) & set(_GEPA_SETS))
+    if taken:
+        raise UnknownOptionError("GEPA(): " + "; ".join(f"{k} is set by dspy.GEPA's {_GEPA_SETS[k]}" for k in taken))
+    accepted = set(OptimizeOptions.__annotations__) - _TAKEN - set(_GEPA_SETS) - {
+        "seed_candidate", "valset", "callbacks", "storage", "run", "config"}
+    accepted |= {"predictor_feedback", "dspy_cache"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        hints = []
+        for k in unknown:
+            close = difflib.get_close_matches(k, sorted(accepted), n=1)
+            hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise UnknownOptionError(f"GEPA(): unknown option {', '.join(hints)}")

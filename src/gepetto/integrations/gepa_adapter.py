@@ -256,7 +256,7 @@ def optimize(
     [0, 1] (without it a score outside [0, 1] fails the rollout). `max_concurrency`: instances evaluated at once,
     each in its own `evaluate([instance])` call; 1 (the default) calls the adapter from one thread at a time as
     gepa does; raise it for a thread-safe adapter. `storage`/`run`, `tracking` and every other option are
-    `gepetto.optimize`'s (seed, minibatch_size, use_merge, component_descriptions, components, callbacks, ...).
+    `gepetto.optimize`'s (seed, minibatch_size, merge, component_descriptions, components, callbacks, ...).
     """
     from gepetto.api import optimize as run_optimize
 

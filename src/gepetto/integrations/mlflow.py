@@ -2,7 +2,8 @@
 and the HTML report as artifacts.
 
 `gepetto.optimize(..., tracking="mlflow")` or `gepetto optimize --tracking mlflow`. Where to log follows MLflow's
-own environment: `MLFLOW_TRACKING_URI` (default: MLflow's), `MLFLOW_EXPERIMENT_NAME` or `MLFLOW_EXPERIMENT_ID`
+own environment: `MLFLOW_TRACKING_URI` (default: MLflow's, `sqlite:///mlflow.db` in the working directory; MLflow 3
+refuses its `file:` store, which is said as a ConfigError), `MLFLOW_EXPERIMENT_NAME` or `MLFLOW_EXPERIMENT_ID`
 (default: the "Default" experiment); `MlflowTracker(experiment=..., tracking_uri=...)` says it in code. A run
 started inside an active MLflow run is logged as its child. mlflow is imported when a run starts, not before.
 
@@ -114,7 +115,7 @@ class MlflowTracker:
         self._managed = False
         self._closed = False
         self._ledger: Ledger | None = None
-        self._store_path: Path | None = None
+        self._store_path: str | Path | None = None
         self._name: str | None = None
         self._params: dict[str, str] = {}
         self._result: Any = None
@@ -124,7 +125,7 @@ class MlflowTracker:
 
     # ---- the tracker protocol (gepetto.tracking) ------------------------------------------------------
     def start(self, *, name: str | None = None, params: Mapping[str, Any] | None = None,
-              ledger: Ledger | None = None, store_path: Path | None = None) -> None:
+              ledger: Ledger | None = None, store_path: str | Path | None = None) -> None:
         """Create the MLflow run and log the configuration; errors here (no mlflow, a bad URI) stop the
         optimisation before anything is paid for."""
         self._managed, self._closed, self._result, self.run_id = True, False, None, None  # one tracker, many runs
@@ -192,10 +193,24 @@ class MlflowTracker:
             import mlflow
             from mlflow import MlflowClient
         except ImportError as exc:
-            raise ImportError("MLflow tracking needs mlflow: pip install 'gepetto[mlflow]'") from exc
+            from gepetto._install import install_hint
+
+            raise ImportError(f"MLflow tracking needs mlflow: {install_hint('mlflow')}") from exc
         from mlflow.entities import Param
 
-        client = MlflowClient(tracking_uri=self.tracking_uri)
+        try:
+            client = MlflowClient(tracking_uri=self.tracking_uri)
+            client.search_experiments(max_results=1)  # the store is opened: a refused one stops the run unpaid
+        except Exception as exc:
+            if "MLFLOW_ALLOW_FILE_STORE" not in str(exc):
+                raise
+            from gepetto.config import ConfigError
+
+            uri = self.tracking_uri or mlflow.get_tracking_uri()
+            raise ConfigError(f"MLflow tracking store {uri!r}: MLflow 3 refuses its plain-directory store (in "
+                              "maintenance mode); use a database store, e.g. MLFLOW_TRACKING_URI=sqlite:///mlflow.db, "
+                              "or a tracking server (docs/integrations.md, MLflow); MLFLOW_ALLOW_FILE_STORE=true "
+                              "forces the old store") from None
         tags = {"gepetto.version": _version(), **self.tags}
         if self._name:
             tags["gepetto.run"] = self._name

@@ -2,8 +2,8 @@
 
 `gepetto.optimize(..., executor="ray")` (CLI: `--executor ray`) runs every rollout (the program and the metric on
 one example, for one candidate) as a Ray task: on a local Ray started for the run (`ray.init()`), or on the
-cluster at `ray_address=...`, or on the Ray this process is already connected to. Everything else stays on the
-driver: the decisions, the budget, the reflection LM, the run store. The run is the same as with the local
+cluster at `executor="ray(address=...)"`, or on the Ray this process is already connected to. Everything else
+stays on the driver: the decisions, the budget, the reflection LM, the run store. The run is the same as with the local
 executor (same seed and deterministic LMs: same candidates, scores and rollout count).
 
 What travels to a worker, and the constraints that follow (docs/integrations.md, "Ray"):
@@ -44,7 +44,9 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ImportError("executor='ray' needs Ray: pip install 'gepetto[ray]'") from None
+        from gepetto._install import install_hint
+
+        raise ImportError(f"executor='ray' needs Ray: {install_hint('ray')}") from None
     return ray
 
 
@@ -141,10 +143,6 @@ class RayExecutor:
         self._started = False
         self._remote: Any = None
         self._bundle: _Bundle | None = None
-
-    @classmethod
-    def from_config(cls, config: Any) -> RayExecutor:
-        return cls(getattr(config, "ray_address", None))
 
     def _connect(self) -> Any:
         ray = _ray()

@@ -1,4 +1,4 @@
-"""The LM protocol every backend implements, plus a metering wrapper and a scripted LM for tests."""
+"""The LM protocol every backend implements, its errors, and the wrappers that meter and redact calls."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from gepetto.ledger import Ledger
 from gepetto.secrets import redact, redact_exception
+from gepetto.types import valid_text
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
 
@@ -31,6 +32,11 @@ class Completion:
     finish_reason: str = "stop"  # "stop", "length" (truncated), "error", ...
     cached: bool = False
     attempts: int = 1  # HTTP backends: 1 + the number of retries it took
+
+    def __post_init__(self) -> None:
+        # every answer, whichever LM made it, enters gepetto as valid Unicode (the store, hashes and prompts need it)
+        if isinstance(self.text, str):
+            object.__setattr__(self, "text", valid_text(self.text))
 
 
 class LMError(RuntimeError):
@@ -62,6 +68,35 @@ class LMSetupError(LMUnavailable):
 
 class AuthenticationError(LMSetupError):
     """The endpoint refused the credentials (HTTP 401/403): a bad or missing API key, or no access."""
+
+
+@dataclass(frozen=True)
+class LMName:
+    """An LM name `KIND:MODEL[@BASE_URL][?OPTIONS]` parsed (gepetto.lm.names); what a backend builds an LM from."""
+
+    kind: str
+    model: str
+    base_url: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    text: str = ""  # the name as written
+
+
+class LMConfigError(LMSetupError, ValueError):
+    """The LM is set up wrong, found before anything is paid: a missing API key, an endpoint that cannot be reached
+    or that refuses the key (`check_endpoints`). A configuration error: the command line exits 2."""
+
+
+def check_endpoints(*lms: Any) -> None:
+    """Ask each LM, through its wrappers (`.lm`), whether its endpoint answers and takes its key, before a run pays
+    for anything: backends with a `check_endpoint()` method (the HTTP ones) raise LMConfigError if not."""
+    seen: set[int] = set()
+    for lm in lms:
+        while lm is not None and id(lm) not in seen:
+            seen.add(id(lm))
+            check = getattr(type(lm), "check_endpoint", None)
+            if callable(check):
+                check(lm)
+            lm = vars(lm).get("lm") if hasattr(lm, "__dict__") else None
 
 
 @runtime_checkable
@@ -167,8 +202,10 @@ class MeteredLM:
 
 
 class RedactingLM:
-    """Wraps an LM so no secret passes through it (gepetto.secrets): its errors and answers are redacted, and
-    with `inputs=True` the messages too (the reflection LM is shown feedback, which may quote a provider error).
+    """Wraps an LM so no secret passes through it (gepetto.secrets): its errors are redacted, and with
+    `inputs=True` (the reflection LM) its messages and answers too: it is shown feedback, which may quote a provider
+    error, and its answers become candidates. A task LM's answers are left as they are: the program receives
+    what the model said, and what is written or shown of it is redacted there (store, events, reports).
     """
 
     def __init__(self, lm: LM, *, inputs: bool = False) -> None:
@@ -190,14 +227,8 @@ class RedactingLM:
             if clean is exc:
                 raise
             raise clean from None
+        if not self.inputs:
+            return out
         text = redact(out.text)
         return out if text == out.text else dataclasses.replace(out, text=text)
 
-
-def __getattr__(name: str) -> Any:
-    # ScriptedLM lives in gepetto.testing now; this keeps `from gepetto.lm.base import ScriptedLM` working
-    if name == "ScriptedLM":
-        from gepetto.testing.scripted import ScriptedLM
-
-        return ScriptedLM
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,17 +1,19 @@
-"""Response cache on SQLite: the same model, messages and parameters give the stored answer, with no LM call.
+"""Response cache in the run store's database (a SQLite file, or a PostgreSQL database given by URL): the same
+model, messages and parameters give the stored answer, with no LM call.
 
 Keyed by a sha256 of (model name, messages, parameters). Mode "auto" caches deterministic calls only
 (temperature 0, which is every backend's default here); "always" caches sampled calls too (their `seed`
 parameter is part of the key), which is what makes a resumed run replay its reflection exactly.
-The table lives in the run store's file by default, so a run and its cache travel together. Answers are
-stored redacted (gepetto.secrets) and only the hash of the messages is kept, never the messages.
+The table lives in the run store (its file, or its database) by default, so a run and its cache travel together,
+and the machines that share a PostgreSQL store share its cache. An answer holding
+anything shaped like a secret (gepetto.secrets) is not kept: stored redacted, it would come back to the program
+redacted. Only the hash of the messages is kept, never the messages.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import threading
 import time
 import warnings
@@ -20,7 +22,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gepetto.lm.base import LM, Completion, Message, Usage
-from gepetto.secrets import create_private_file, redact
+from gepetto.secrets import redact
+from gepetto.store.db import StoreError, open_database
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lm_cache (
@@ -34,6 +37,7 @@ CREATE TABLE IF NOT EXISTS lm_cache (
     created REAL NOT NULL
 )
 """
+_PG_SCHEMA = _SCHEMA.replace("REAL", "DOUBLE PRECISION").replace("INTEGER", "BIGINT")
 
 
 def cache_key(model: str, messages: Sequence[Message], params: dict[str, Any]) -> str:
@@ -43,21 +47,26 @@ def cache_key(model: str, messages: Sequence[Message], params: dict[str, Any]) -
 
 
 class CachedLM:
-    """Wraps an LM with the SQLite response cache at `path`. Errors are never cached."""
+    """Wraps an LM with the response cache at `path` (a SQLite file, or a PostgreSQL URL). Errors are never
+    cached. A store that cannot be opened raises StoreError."""
 
     def __init__(self, lm: LM, path: str | Path, mode: Literal["auto", "always"] = "auto") -> None:
         if mode not in ("auto", "always"):
             raise ValueError(f"cache mode must be 'auto' or 'always', got {mode!r}")
         self.lm, self.mode, self.name = lm, mode, lm.name
         self.hits = self.misses = 0
-        self.path, self._warned = Path(path), False
+        self._warned = False
         self._lock = threading.Lock()
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        create_private_file(path)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        self._db = open_database(path, timeout=30)
+        self.path = self._db.where
+        if self._db.dialect == "sqlite":
+            self._db.execute(_SCHEMA)
+            self._put = "INSERT OR REPLACE INTO lm_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        else:
+            self._db.schema([_PG_SCHEMA])
+            self._put = ("INSERT INTO lm_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+                         + ", ".join(f"{c}=EXCLUDED.{c}" for c in ("model", "text", "finish_reason", "input_tokens",
+                                                                    "output_tokens", "estimated", "created")))
 
     def close(self) -> None:
         self._db.close()
@@ -70,7 +79,7 @@ class CachedLM:
             with self._lock:
                 row = self._db.execute("SELECT text, finish_reason, input_tokens, output_tokens, estimated "
                                        "FROM lm_cache WHERE key = ?", (key,)).fetchone()
-        except sqlite3.Error as exc:  # a damaged file: a miss (the LM answers), never a failed rollout
+        except StoreError as exc:  # a damaged file, a server away: a miss (the LM answers), never a failed rollout
             self._broken(exc)
             return None
         if row is None:
@@ -78,15 +87,17 @@ class CachedLM:
         return Completion(row[0], Usage(row[2], row[3], bool(row[4])), row[1], cached=True)
 
     def put(self, key: str, out: Completion) -> None:
+        text = redact(out.text)
+        if text != out.text:  # kept redacted, it would be replayed to the program redacted: not kept at all
+            return
         try:
             with self._lock:
-                self._db.execute("INSERT OR REPLACE INTO lm_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                                 (key, redact(self.name), redact(out.text), out.finish_reason, out.usage.input_tokens,
-                                  out.usage.output_tokens, int(out.usage.estimated), time.time()))
-        except sqlite3.Error as exc:  # a full disk or a damaged file: the answer is good, only not kept
+                self._db.execute(self._put, (key, redact(self.name), text, out.finish_reason, out.usage.input_tokens,
+                                             out.usage.output_tokens, int(out.usage.estimated), time.time()))
+        except StoreError as exc:  # a full disk or a damaged file: the answer is good, only not kept
             self._broken(exc)
 
-    def _broken(self, exc: sqlite3.Error) -> None:
+    def _broken(self, exc: StoreError) -> None:
         if not self._warned:
             self._warned = True
             warnings.warn(f"the LM response cache {self.path} cannot be used ({exc}); calls go to the LM uncached",

@@ -1,4 +1,4 @@
-"""Other providers through LiteLLM (extra `gepetto[litellm]`, imported only when such an LM is used).
+"""Other providers through LiteLLM (extra `litellm`, imported only when such an LM is used).
 
 LiteLLM maps provider errors onto the `openai` exception classes, so the same retry rules apply. Keys come
 from the provider's usual environment variables (ANTHROPIC_API_KEY, ...), read by LiteLLM itself.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gepetto._install import install_hint
 from gepetto.lm.base import Completion, LMSetupError, Message
 from gepetto.lm.openai import _completion, response_format_for_openai, translate_error
 from gepetto.lm.remote import RemoteLM
@@ -30,7 +31,7 @@ class LiteLLMLM(RemoteLM):
             try:
                 import litellm
             except ImportError:
-                raise LMSetupError(f'{self.name}: LiteLLM is not installed: pip install "gepetto[litellm]"') from None
+                raise LMSetupError(missing_litellm(self.model)) from None
             self._litellm = litellm
         return self._litellm
 
@@ -50,6 +51,16 @@ class LiteLLMLM(RemoteLM):
         except openai.OpenAIError as exc:
             raise translate_error(exc, self.name) from None
         return _completion(resp, messages)
+
+
+def missing_litellm(model: str) -> str:
+    """What to do when LiteLLM is missing for `model` (PROVIDER/MODEL); Ollama has an OpenAI-compatible way too."""
+    provider, _, name = model.partition("/")
+    message = f"{model}: the provider {provider!r} is reached through LiteLLM, which is not installed: " + install_hint(
+        "litellm")
+    if provider == "ollama":
+        message += f"; or use Ollama's OpenAI-compatible endpoint: openai:{name}@http://localhost:11434/v1"
+    return message
 
 
 def from_name(name: LMName) -> LiteLLMLM:

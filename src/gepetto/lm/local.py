@@ -18,13 +18,10 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gepetto.lm.base import Completion, LMError, LMSetupError, Message, Usage, json_schema_of
+from gepetto.lm.base import Completion, LMError, LMName, LMSetupError, Message, Usage, json_schema_of
 from gepetto.lm.llama_batch import BatchDecoder, Job, Sampling, make_sampler
-
-if TYPE_CHECKING:
-    from gepetto.lm.names import LMName
 
 
 @dataclass(frozen=True)
@@ -250,8 +247,11 @@ class LocalLM:
                 if importlib.util.find_spec("llama_cpp") is None:
                     raise LMSetupError('llama-cpp-python is not installed: pip install "gepetto[local]"')
                 path = self._path or model_path(self.model, self._cache_dir)
+                from gepetto.lm.cpu import fitting_params
+
                 try:
-                    self._llama = _new_llama(path, n_threads=self._n_threads)
+                    with fitting_params(path):  # llama.cpp's fast paths only where they run (gepetto.lm.cpu)
+                        self._llama = _new_llama(path, n_threads=self._n_threads)
                     self._decoder = BatchDecoder(self._llama, parallel=self.parallel, n_ctx=self._n_ctx)
                 except (ValueError, RuntimeError, OSError) as exc:  # no model, so no answer will ever come
                     raise LMSetupError(f"{self.name}: cannot load the model file {path}: {exc}") from exc

@@ -5,8 +5,13 @@
     openai:MODEL@http://127.0.0.1:8000/v1         any OpenAI-compatible server (vLLM, llama.cpp, Ollama, ...);
                                                   no key is sent to it ("EMPTY"), $OPENAI_API_KEY least of all
     openai:MODEL@https://host/v1?api_key_env=VAR  a server that needs a key: sends $VAR, to this URL only
-    litellm:anthropic/claude-sonnet-4             any provider LiteLLM knows (extra `gepetto[litellm]`)
+    litellm:anthropic/claude-sonnet-4             any provider LiteLLM knows (extra `litellm`)
     sim:task, sim:reflection                      simulated LMs with a known optimum (gepetto.testing.sim)
+
+LiteLLM's and DSPy's `PROVIDER/MODEL` names work too: `openai/gpt-4.1-mini` is `openai:gpt-4.1-mini` (the
+OpenAI backend, no extra needed), any other provider (`anthropic/claude-sonnet-4`, `ollama/llama3`,
+`gemini/...`) is `litellm:PROVIDER/MODEL`, so LiteLLM routes it as it does for DSPy. A name is of this form when
+the text before its first `:` (if any) holds a `/`, e.g. `ollama/llama3:8b`.
 
 Options follow a `?` as `key=value` pairs joined by `&`, e.g.
 `openai:gpt-4.1-mini?max_concurrency=32&rpm=500&timeout=30`. For a llama-cpp-python server add
@@ -24,17 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-from gepetto.lm.base import LM
-
-
-@dataclass(frozen=True)
-class LMName:
-    kind: str
-    model: str
-    base_url: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    text: str = ""  # the name as written
-
+from gepetto.lm.base import LM, LMName
 
 Builder = Callable[[LMName], LM]
 
@@ -91,10 +86,15 @@ register_backend("openai", Backend("gepetto.lm.openai:from_name", "openai:MODEL,
                                    {**_REMOTE, "api_key_env": str, "structured": str}, base_url=True))
 register_backend("litellm", Backend("gepetto.lm.litellm:from_name", "litellm:PROVIDER/MODEL", _REMOTE,
                                     check=_litellm_check))
+# simulated LMs with a known optimum, for tests and benchmarks: imported on first use, so `import gepetto` stays light
+register_backend("sim", Backend("gepetto.testing.sim:lm_from_name", "sim:task or sim:reflection",
+                                {"latency": float, "noise": float, "seed": int, "max_rules": int, "forget": bool,
+                                 "strict": bool},
+                                models=("task", "reflection")))
 
 
 def _accepted() -> str:
-    forms = []
+    forms = ["PROVIDER/MODEL as in LiteLLM and DSPy (openai/gpt-4.1-mini; other providers through litellm)"]
     for backend in BACKENDS.values():
         models = backend.known_models()
         forms.append(f"{backend.form} (MODEL one of {', '.join(models)})" if models and "MODEL" in backend.form
@@ -117,12 +117,32 @@ def _convert(backend: Backend, key: str, value: str, name: str) -> Any:
         raise ValueError(f"LM name {name!r}: option {key}={value!r} is not a valid {typ.__name__}") from None
 
 
+def litellm_style(name: str) -> bool:
+    """Whether `name` is a LiteLLM/DSPy name `PROVIDER/MODEL` (a `/` before any `:`) rather than `KIND:MODEL`."""
+    return "/" in name.split(":", 1)[0]
+
+
+def _kind_and_rest(name: str) -> tuple[str, str]:
+    """The backend kind of a name and what follows it; `PROVIDER/MODEL` names are mapped onto a backend here."""
+    if litellm_style(name):
+        provider, _, model = name.partition("/")
+        provider = provider.strip().lower()
+        if not provider or not model.strip():
+            raise ValueError(f"LM name {name!r}: a LiteLLM-style name is PROVIDER/MODEL, e.g. openai/gpt-4.1-mini")
+        # OpenAI's own models need no extra; every other provider is LiteLLM's, as for DSPy
+        return ("openai", model) if provider == "openai" else ("litellm", f"{provider}/{model}")
+    if ":" not in name:
+        hint = f" (name its provider too, e.g. openai/{name})" if name.strip() else ""
+        raise ValueError(f"LM name {name!r} is not understood{hint}; accepted forms: {_accepted()}")
+    kind, rest = name.split(":", 1)
+    return kind.strip().lower(), rest
+
+
 def parse_lm_name(name: str) -> LMName:
     """Parse an LM name; a malformed or unknown one raises ValueError listing the accepted forms."""
-    if not isinstance(name, str) or ":" not in name:
+    if not isinstance(name, str):
         raise ValueError(f"LM name {name!r} is not understood; accepted forms: {_accepted()}")
-    kind, rest = name.split(":", 1)
-    kind = kind.strip().lower()
+    kind, rest = _kind_and_rest(name)
     backend = BACKENDS.get(kind)
     if backend is None:
         raise ValueError(f"LM name {name!r}: unknown backend {kind!r}; accepted forms: {_accepted()}")

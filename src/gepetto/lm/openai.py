@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from gepetto.lm.base import (
     AuthenticationError,
     Completion,
+    LMConfigError,
     LMError,
     LMSetupError,
     Message,
@@ -119,11 +120,32 @@ class OpenAILM(RemoteLM):
         if self._api_key_env is not None:
             register_secret_env(self._api_key_env)
             if (self._hosted or api_key_env) and not os.environ.get(self._api_key_env):
-                raise LMError(f"{self.name}: set the API key in the environment variable {self._api_key_env}")
+                raise LMConfigError(f"{self.name}: set the API key in the environment variable {self._api_key_env}")
         self._clients = PerLoop(dict)
 
     def endpoint(self) -> str:
         return f"openai@{self.base_url or os.environ.get('OPENAI_BASE_URL') or 'api.openai.com'}"
+
+    def check_endpoint(self) -> None:
+        """Before a run pays for anything: the server answers, and does not refuse the key (one GET of `/models`,
+        which costs nothing). Raises LMConfigError when it cannot be reached (refused, no such host, no answer to
+        connect) or answers 401/403; any other answer, or a slow one, means it is there."""
+        import httpx
+
+        url = (self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
+        wait = min(self.timeout, 10.0)
+        try:
+            resp = httpx.get(url + "/models", headers={"Authorization": f"Bearer {self.api_key()}"},
+                             timeout=httpx.Timeout(wait, connect=min(wait, 5.0)))
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise LMConfigError(f"{self.name}: cannot reach {url} ({_short(exc) or type(exc).__name__}): start the "
+                                "server or fix the URL; nothing was paid") from None
+        except httpx.HTTPError:  # it answered the connection: there, only slow or odd
+            return
+        if resp.status_code in (401, 403):
+            raise LMConfigError(f"{self.name}: {url} refused the API key (HTTP {resp.status_code}: "
+                                f"{_short(resp.text, 120)}); check {self._api_key_env or 'the api_key_env variable'}"
+                                "; nothing was paid")
 
     def api_key(self) -> str:
         """The key this LM sends: from its paired variable, or the placeholder (read at each client's creation)."""
@@ -183,7 +205,7 @@ class OpenAILM(RemoteLM):
             raise translate_error(exc, self.name) from None
         except json.JSONDecodeError as exc:  # the client parses the body lazily and lets this through
             raise Transient(f"malformed response body: {exc}") from None
-        return _completion(resp, messages)
+        return _completion(resp, messages, self.name)
 
 
 def translate_error(exc: Exception, name: str) -> Exception:
@@ -216,19 +238,39 @@ def _short(text: Any, n: int = 200) -> str:
     return text if len(text) <= n else text[:n] + "..."
 
 
-def _completion(resp: Any, messages: list[Message]) -> Completion:
-    """A Completion from a chat completion object; a body without choices counts as malformed."""
+def _completion(resp: Any, messages: list[Message], name: str = "openai") -> Completion:
+    """A Completion from a chat completion object; a body without choices counts as malformed, unless it is an
+    error (a proxy's way to refuse a request with HTTP 200): a failed call, retried only when the error says so."""
     choices = getattr(resp, "choices", None)
     if not choices or getattr(choices[0], "message", None) is None:
+        error = getattr(resp, "error", None) or (getattr(resp, "model_extra", None) or {}).get("error")
+        if error:
+            raise _error_in_body(error, name)
         raise Transient(f"malformed response body: no choices in {_short(resp)}")
     choice = choices[0]
     text = choice.message.content or ""
+    finish = choice.finish_reason or "stop"
+    if not text and getattr(choice.message, "tool_calls", None):
+        finish = "tool_calls"  # (whatever the server says): ctx.lm explains what an answer of tool calls means
     usage = getattr(resp, "usage", None)
     if usage is not None and getattr(usage, "prompt_tokens", None) is not None:
         u = Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
     else:
         u = estimated_usage(messages, text)
-    return Completion(text, u, choice.finish_reason or "stop")
+    return Completion(text, u, finish)
+
+
+def _error_in_body(error: Any, name: str) -> Exception:
+    """An `{"error": ...}` body answered with HTTP 200: Transient when its code says overload or a server fault,
+    otherwise the request's failure (LMError: the rollout fails with the server's words)."""
+    message, code = (error.get("message"), error.get("code") or error.get("type")) if isinstance(error, dict) \
+        else (error, None)
+    status = code if isinstance(code, int) else int(code) if isinstance(code, str) and code.isdigit() else None
+    transient = (status is not None and (status in _RETRY_STATUS or status >= 500)) or (
+        isinstance(code, str) and any(w in code.lower() for w in ("rate", "overload", "server", "timeout")))
+    text = f"the endpoint answered HTTP 200 with an error{f' ({code})' if code is not None else ''}: " \
+           f"{_short(message or error)}"
+    return Transient(text) if transient else LMError(f"{name}: {text}")
 
 
 def from_name(name: LMName) -> OpenAILM:

@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gepetto.engine.pareto import best_index
+from gepetto.engine.pareto import best_index, evidence
 from gepetto.events import Outcome, StopReason
 from gepetto.report.assets import CSS, JS
-from gepetto.secrets import redact_data
+from gepetto.secrets import redact_data, write_private_text
 
 _DASH, _STAR = "\u2013", " \u2605"
 
@@ -177,6 +177,10 @@ class _View:
         self.run: Mapping[str, Any] = snapshot.get("run") or {}
         self.result: Mapping[str, Any] = snapshot.get("result") or {}
         self.samples: list[Mapping[str, Any]] = list(snapshot.get("samples") or [])
+        self.transcripts: list[Mapping[str, Any]] | None = (None if snapshot.get("transcripts") is None
+                                                             else list(snapshot.get("transcripts") or []))
+        self.evaluations: Mapping[str, Any] = snapshot.get("evaluations") or {}
+        self.route: str | None = snapshot.get("route")  # the route an "auto" run took (engine/route.py)
         cands = []
         for pos, c in enumerate(self.result.get("candidates") or []):
             idx = c.get("index", pos)
@@ -192,7 +196,7 @@ class _View:
                 c["mean"] = sum(vals) / len(vals)
         self.front = [int(i) for i in (self.result.get("pareto_front") or []) if _num(i) is not None]
         self.front_set = set(self.front)
-        best = best_index([c["mean"] for c in cands])
+        best = best_index([c["mean"] for c in cands], evidence([c.get("val_scores") or None for c in cands]))
         self.best_index: int | None = None if best is None else cands[best]["index"]
         comps: list[str] = []
         for texts in [c.get("texts") or {} for c in cands] + [self.result.get("best_candidate") or {}]:
@@ -253,6 +257,7 @@ def _header(view: _View) -> str:
     best_note = f"candidate #{view.best_index}" if view.best_index is not None else "no candidate yet"
     stats = [
         ("validation score", f"{_score(seed)} \u2192 {_score(best)}{delta}", best_note),
+        *_test_stat(view),
         ("rollouts used / budget", f"{_int(used)} / {_int(budget)}",
          f'<div class="bar"><span style="width:{pct:.1f}%"></span></div>'),
         ("candidates", f"{len(view.cands)}", f"{len(view.front)} on the Pareto front; "
@@ -268,6 +273,9 @@ def _header(view: _View) -> str:
     code = f' <span class="muted small">({_e(reason.value)})</span>' if reason and reason.value != stop else ""
     stop_html = (f'<div class="stat"><div class="k">stopped because</div><div class="v smallv">{_e(stop)}{code}</div>'
                  f'</div>' if stop else "")
+    route = view.route
+    route_html = (f'<div class="stat"><div class="k">route</div><div class="v smallv">{_e(route)}</div></div>'
+                  if route else "")
     config = run.get("config")
     config_html = ""
     if config:
@@ -275,13 +283,37 @@ def _header(view: _View) -> str:
                        f'<pre>{_e(json.dumps(_clean(config), indent=2, ensure_ascii=False))}</pre></details>')
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
         ("best", "best candidate"), ("lineage", "lineage"), ("progress", "score over rollouts"),
-        ("proposals", "proposals"), ("front", "Pareto front"), ("samples", "sample outputs"), ("ledger", "costs")))
+        ("proposals", "proposals"), ("transcripts", "reflection transcripts"), ("front", "Pareto front"),
+        ("samples", "sample outputs"), ("ledger", "costs")))
     return (
         f'<header class="card"><div class="title-row"><h1>{_e(run.get("name") or "gepetto run")}</h1>'
         f'<span class="badge status-{scls}" id="run-status">{_e(status)}</span></div>'
         f'<div class="meta">{meta_html}</div>'
-        f'<div class="stats">{stat_html}{stop_html}</div>{config_html}<nav class="toc">{nav}</nav></header>'
+        f'<div class="stats">{stat_html}{stop_html}{route_html}</div>{config_html}<nav class="toc">{nav}</nav></header>'
     )
+
+
+def _test_stat(view: _View) -> list[tuple[str, str, str]]:
+    """The held-out test score (`gepetto evaluate`), seed and best, when the run was evaluated."""
+    test = view.evaluations.get("test")
+    if not isinstance(test, Mapping):
+        return []
+    cands = {c.get("label"): c for c in test.get("candidates") or [] if isinstance(c, Mapping)}
+    seed = next((c for c in test.get("candidates") or [] if isinstance(c, Mapping) and c.get("index") == 0), None)
+    best = cands.get("best")
+    if best is None and seed is None:
+        return []
+    if best is not None and seed is not None and best is not seed:
+        d = (_num(best.get("mean")) or 0.0) - (_num(seed.get("mean")) or 0.0)
+        value = (f'{_score(seed.get("mean"))} \u2192 {_score(best.get("mean"))} '
+                 f'<span class="{"delta-up" if d >= 0 else "delta-down"}">({d:+.3f})</span>')
+    else:
+        value = _score((best or seed or {}).get("mean"))
+    which = f'candidate #{_e(best.get("index"))}, ' if best is not None else ""
+    note = f'{which}{_int(test.get("examples"))} held-out examples'
+    if _num(test.get("overlap")):
+        note += f'; <b>{_int(test.get("overlap"))} also used to optimise</b>'
+    return [("test score", value, note)]
 
 
 def _best_section(view: _View) -> str:
@@ -496,6 +528,114 @@ def _racing_note(view: _View) -> str:
             f'{_int(len(raced) * n)} validation rollouts run, {_int(len(raced) * n - paid)} saved.</p>')
 
 
+_MAX_TRANSCRIPTS = 400  # proposals shown in full; a longer run lists the rest by count
+
+
+def _messages_html(messages: Sequence[Mapping[str, Any]]) -> str:
+    return "".join(f'<div class="msg"><div class="role">{_e(m.get("role"))}</div><pre>{_e(m.get("content"))}</pre>'
+                   f'</div>' for m in messages if isinstance(m, Mapping))
+
+
+def _attempt_html(a: Mapping[str, Any]) -> str:
+    messages = [m for m in a.get("messages") or [] if isinstance(m, Mapping)]
+    start = int(_num(a.get("new_from")) or 0) if a.get("continues") else 0
+    shown = messages[start:]
+    chars = sum(len(str(m.get("content") or "")) for m in shown)
+    if a.get("continues"):
+        label = "told, after its answer above"
+        prompt = _messages_html(shown[1:] if shown and shown[0].get("role") == "assistant" else shown)
+    else:
+        roles = " + ".join(dict.fromkeys(str(m.get("role")) for m in shown))
+        label = f"prompt shown ({roles}, {chars:,} characters)"
+        prompt = _messages_html(shown)
+    if not messages:
+        prompt_html = '<div class="muted small">prompt not recorded (a run stored before prompts were kept)</div>'
+    elif a.get("continues"):
+        prompt_html = f'<div class="told"><div class="lbl">{_e(label)}</div>{prompt}</div>'
+    else:
+        prompt_html = f'<details class="prompt"><summary>{_e(label)}</summary>{prompt}</details>'
+    if a.get("error"):
+        verdict, cls = f'reflection error: {a.get("error")}', "bad"
+    elif a.get("rejected"):
+        verdict, cls = str(a.get("rejected")), "bad"
+    else:
+        verdict, cls = "passed vetting", "good"
+    cut = " (cut off: the answer reached its token limit)" if a.get("finish_reason") == "length" else ""
+    answer = a.get("answer")
+    answer_html = (f'<div class="lbl">answer{_e(cut)}</div><pre class="box">{_e(answer)}</pre>' if answer not in
+                   (None, "") else '<div class="lbl">answer</div><div class="empty">(empty)</div>')
+    attempt = _num(a.get("attempt"))
+    head = f"attempt {int(attempt) + 1}" if attempt is not None else "attempt"
+    return (f'<div class="attempt"><div class="att-head"><b>{_e(head)}</b> <span class="verdict {cls}">'
+            f'{_e(verdict)}</span></div>{prompt_html}{answer_html}</div>')
+
+
+_VERDICT_CLASS = {"accepted": "v-accepted", "not better on minibatch": "v-notbetter", "refused": "v-refused",
+                  "reflection error": "v-refused", "raced out in validation": "v-notbetter"}
+
+
+def _transcript_html(n: int, t: Mapping[str, Any]) -> str:
+    verdict = str(t.get("verdict") or "")
+    cls = _VERDICT_CLASS.get(verdict, "v-other")
+    test = t.get("test") if isinstance(t.get("test"), Mapping) else None
+    parent = f'parent #{_e(t.get("parent"))}' if t.get("parent") is not None else "parent ?"
+    comp = f', component <span class="mono">{_e(t.get("component"))}</span>' if t.get("component") else ""
+    became = ""
+    if t.get("candidate") is not None:
+        became = f' \u2192 candidate #{_e(t.get("candidate"))} (validation {_score(t.get("candidate_mean"))})'
+    attempts = [a for a in t.get("attempts") or [] if isinstance(a, Mapping)]
+    bits = [f"{len(attempts)} reflection call{'s' if len(attempts) != 1 else ''}"] if attempts else []
+    if test is not None:
+        bits.append(f'minibatch {_score(test.get("minibatch_before"), 2)} \u2192 '
+                    f'{_score(test.get("minibatch_after"), 2)}')
+        if test.get("origin") == "demo":
+            bits.append("a demonstration added, no reflection")
+    body = "".join(_attempt_html(a) for a in attempts)
+    if test is not None:
+        rule = (f'<div class="lbl">rule</div><pre class="box">{_e(test.get("rule"))}</pre>' if test.get("rule")
+                else "")
+        pattern = f' for the pattern <i>{_e(test.get("pattern"))}</i>' if test.get("pattern") else ""
+        outcome = "passed" if test.get("accepted") else "did not pass"
+        body += (f'<div class="attempt"><div class="att-head"><b>test</b> <span class="verdict '
+                 f'{"good" if test.get("accepted") else "bad"}">{outcome}</span> <span class="muted small">sum of '
+                 f'the minibatch scores, parent {_score(test.get("minibatch_before"), 2)} \u2192 child '
+                 f'{_score(test.get("minibatch_after"), 2)}{pattern}</span></div>{rule}'
+                 f'<details class="prompt"><summary>the child\'s text</summary><pre class="box">{_e(test.get("text"))}'
+                 f'</pre></details></div>')
+    return (f'<details class="tx {cls}" id="tx-{n}"><summary><span class="vbadge {cls}">{_e(verdict)}</span> '
+            f'<a href="#proposal={n}" title="link to this proposal"><b>#{n}</b></a> {parent}{comp}{became} '
+            f'<span class="muted small">{_e("; ".join(bits))}</span></summary>'
+            f'<div class="tx-body">{body}</div></details>')
+
+
+def _transcripts_section(view: _View) -> str:
+    head = ('<section class="card" id="transcripts"><h2>Reflection transcripts</h2><div class="sub">Each proposal: '
+            'what the reflection LM was shown, what it answered, and what became of it (refused by vetting before '
+            'any rollout, tested on the parent\'s minibatch, validated as a candidate). Open one to read it.</div>')
+    if view.transcripts is None:
+        return head + '<div class="empty">not in this snapshot</div></section>'
+    items = [t for t in view.transcripts if isinstance(t, Mapping)]
+    if not items:
+        return head + ('<div class="empty">no proposal recorded (a run stored before transcripts were kept, or '
+                       'no proposal made yet)</div></section>')
+    counts: dict[str, int] = {}
+    for t in items:
+        key = _VERDICT_CLASS.get(str(t.get("verdict") or ""), "v-other")
+        counts[key] = counts.get(key, 0) + 1
+    filters = [("all", "all", len(items)), ("acc", "accepted", counts.get("v-accepted", 0)),
+               ("nb", "not better", counts.get("v-notbetter", 0)), ("ref", "refused", counts.get("v-refused", 0))]
+    radios = "".join(f'<input type="radio" name="txf" id="txf-{k}"{" checked" if k == "all" else ""}>'
+                     for k, _, _ in filters)
+    labels = "".join(f'<label for="txf-{k}">{_e(name)} <span class="muted">{n}</span></label>'
+                     for k, name, n in filters)
+    shown = items[:_MAX_TRANSCRIPTS]
+    more = (f'<p class="muted small">{len(items) - len(shown)} later proposals are not shown.</p>'
+            if len(items) > len(shown) else "")
+    rows = "".join(_transcript_html(i + 1, t) for i, t in enumerate(shown))
+    return (f'{head}<div class="tx-filter">{radios}<div class="tx-labels">{labels}</div>'
+            f'<div class="tx-list">{rows}</div></div>{more}</section>')
+
+
 def _front_section(view: _View) -> str:
     front = [i for i in view.front if i in view.by_idx]
     if not front or not view.val_ids:
@@ -684,7 +824,7 @@ def render_report(snapshot: Mapping[str, Any]) -> str:
         '<div id="js-error" hidden></div>',
         _header(view), _best_section(view), _lineage_section(view),
         f'<div class="two">{_progress_section(view)}{_proposals_section(view)}</div>',
-        _front_section(view), _samples_section(view), _ledger_section(view),
+        _transcripts_section(view), _front_section(view), _samples_section(view), _ledger_section(view),
         f'<footer>gepetto {_e(version)} report \u00b7 self-contained: no network needed</footer>',
     ])
     return (
@@ -698,11 +838,13 @@ def render_report(snapshot: Mapping[str, Any]) -> str:
 
 
 def write_report(snapshot: Mapping[str, Any], path: str | Path) -> Path:
-    """Render the report and write it to `path` (UTF-8); returns the path."""
+    """Render the report and write it to `path` (UTF-8, readable by its owner only); returns the path. The file
+    is replaced whole or not at all: a write that fails (a full disk) leaves the previous report as it was."""
     out = Path(path)
+    html = render_report(snapshot)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_report(snapshot), encoding="utf-8")
+    write_private_text(out, html)
     return out
 
 

@@ -177,6 +177,20 @@
     return m ? parseInt(m[1], 10) : null;
   }
 
+  // `#proposal=N` opens reflection transcript N with its prompts and scrolls to it (a link to one proposal)
+  function hashProposal() {
+    var m = /(?:^#|&)proposal=(\d+)/.exec(window.location.hash || "");
+    return m ? parseInt(m[1], 10) : null;
+  }
+  function openProposal() {
+    var n = hashProposal(), el = n !== null ? document.getElementById("tx-" + n) : null;
+    if (!el) { return; }
+    el.open = true;
+    el.querySelectorAll("details.prompt").forEach(function (d) { d.open = true; });
+    el.scrollIntoView();
+    document.body.dataset.openProposal = String(n);
+  }
+
   function setZoom(z) {
     var svg = document.querySelector("#tree-box svg");
     if (!svg) { return; }
@@ -225,6 +239,7 @@
     window.addEventListener("hashchange", function () {
       var h = hashSelection();
       if (h !== null && h !== selected && select(h, false)) { scrollToNode(h); }
+      openProposal();
     });
     var zin = document.getElementById("zoom-in"), zout = document.getElementById("zoom-out");
     var zfit = document.getElementById("zoom-fit"), z1 = document.getElementById("zoom-1");
@@ -241,6 +256,7 @@
       select(start, false);
       scrollToNode(start);
     }
+    openProposal();
     // layout diagnostics for tests: a page wider than the window means something overflows
     document.body.dataset.pageWidth = String(document.documentElement.scrollWidth);
     document.body.dataset.viewWidth = String(document.documentElement.clientWidth);

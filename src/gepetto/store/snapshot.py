@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gepetto.engine.pareto import ParetoArchive, best_index
+from gepetto.engine.pareto import ParetoArchive, best_index, evidence
 from gepetto.events import StopReason
 from gepetto.store.sqlite import RunStore
 
@@ -14,8 +14,10 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def run_snapshot(store: RunStore, name: str, n_samples: int = 8) -> dict[str, Any]:
-    """Run info, the result (rebuilt from stored candidates while a run is unfinished) and sample outputs."""
+def run_snapshot(store: RunStore, name: str, n_samples: int = 8, *, transcripts: bool = True) -> dict[str, Any]:
+    """Run info, the result (rebuilt from stored candidates while a run is unfinished), sample outputs, the latest
+    held-out evaluation of each split (`gepetto evaluate`) and, with `transcripts`, what each proposal showed the
+    reflection LM, what it answered and what became of it."""
     info = store.get_run(name)
     if info is None:
         known = ", ".join(r.name for r in store.list_runs()) or "none"
@@ -26,7 +28,117 @@ def run_snapshot(store: RunStore, name: str, n_samples: int = 8) -> dict[str, An
     run = {"name": info.name, "status": info.shown_status, "seed": info.seed, "created": info.created,
            "updated": info.updated, "config": info.config, "task": info.config.get("task", ""),
            "task_lm": info.config.get("task_lm", ""), "reflection_lm": info.config.get("reflection_lm", "")}
-    return {"run": run, "result": result, "samples": samples}
+    events = store.events(name)
+    routes = [e["data"].get("text") for e in events if e["kind"] == "route"]  # the route of an "auto" run
+    snapshot = {"run": run, "result": result, "samples": samples, "evaluations": latest_evaluations(events),
+                "route": routes[-1] if routes else None}
+    if transcripts:
+        snapshot["transcripts"] = reflection_transcripts(events, store.lm_exchanges(name), result)
+    return snapshot
+
+
+def latest_evaluations(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The last `evaluation` event of each split (`gepetto evaluate`), by split, without its rollouts."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e["kind"] == "evaluation":
+            data = {k: v for k, v in e["data"].items() if k != "rollouts"}
+            out[str(data.get("split", "test"))] = data
+    return out
+
+
+def _new_messages(messages: list[dict[str, Any]] | None, before: list[dict[str, Any]] | None) -> tuple[int, bool]:
+    """Where the messages of an attempt start to differ from the attempt before it (a retry continues that
+    conversation, told why its answer was refused), and whether it continues it."""
+    if not messages or not before or len(before) >= len(messages) or messages[:len(before)] != before:
+        return 0, False
+    return len(before), True
+
+
+def _verdict(test: dict[str, Any] | None, candidate: int | None, raced: bool, attempts: list[dict[str, Any]]) -> str:
+    if test is not None:
+        if not test.get("accepted"):
+            return "not better on minibatch"
+        if candidate is not None:
+            return "accepted"
+        return "raced out in validation" if raced else "accepted, not validated"
+    if attempts and all(a.get("error") for a in attempts):
+        return "reflection error"
+    return "refused" if attempts else "no proposal"
+
+
+def _child_of(test: dict[str, Any], candidates: list[dict[str, Any]]) -> int | None:
+    """The candidate an accepted proposal became: a child of its parent whose changed text is the tested text."""
+    parent = next((c for c in candidates if c.get("index") == test.get("parent")), None)
+    for c in candidates:
+        if c.get("parents") != [test.get("parent")] or parent is None:
+            continue
+        changed = [t for k, t in (c.get("texts") or {}).items() if (parent.get("texts") or {}).get(k) != t]
+        if changed and "\n\n".join(changed) == test.get("text"):
+            return c.get("index")
+    return None
+
+
+def reflection_transcripts(events: list[dict[str, Any]], exchanges: dict[str, dict[str, Any]],
+                           result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each proposal of the run, in the order made: its parent and component, every reflection attempt (the
+    messages shown, the answer, why vetting refused it), its minibatch test and what it became (a candidate, or
+    why not). A resumed session replays the proposals of the sessions before it: they are shown once."""
+    groups: dict[str, dict[str, Any]] = {}
+    alias: dict[str, str] = {}  # a replayed proposal's id -> the id it had when first made
+    owner: dict[str, str] = {}  # an answer's key -> the proposal it belongs to
+    tests_seen: set[str] = set()
+    raced_ids = {r.get("id") for r in result.get("raced_out") or []}
+    candidates = list(result.get("candidates") or [])
+
+    def group(pid: str, data: dict[str, Any]) -> dict[str, Any]:
+        pid = alias.get(pid, pid)
+        if pid not in groups:
+            groups[pid] = {"proposal": pid, "parent": data.get("parent"), "component": data.get("component"),
+                           "attempts": [], "test": None}
+        return groups[pid]
+
+    for e in events:
+        data, kind = e["data"], e["kind"]
+        if kind not in ("reflection", "reflection_error", "proposal") or data.get("proposal") is None:
+            continue
+        pid = str(data["proposal"])
+        if kind in ("reflection", "reflection_error"):
+            key = data.get("key")
+            if key is not None and key in owner:  # the same request again: a replay of an earlier proposal
+                if owner[key] != pid:
+                    alias.setdefault(pid, owner[key])
+                continue
+            g = group(pid, data)
+            if key is not None:
+                owner[key] = g["proposal"]
+            exchange = exchanges.get(key or "", {})
+            g["attempts"].append({"attempt": data.get("attempt"), "key": key, "messages": exchange.get("messages"),
+                                  "answer": exchange.get("text"), "finish_reason": exchange.get("finish_reason"),
+                                  "rejected": data.get("rejected"), "error": data.get("error")})
+        else:
+            test = {k: data.get(k) for k in ("parent", "component", "text", "minibatch_before", "minibatch_after",
+                                             "accepted", "rule", "pattern", "origin", "retested")}
+            signature = json.dumps(test, sort_keys=True, default=str)
+            if signature in tests_seen:  # a replayed test
+                continue
+            tests_seen.add(signature)
+            group(pid, data)["test"] = test
+    out = []
+    for g in groups.values():
+        before: list[dict[str, Any]] | None = None
+        for a in g["attempts"]:
+            a["new_from"], a["continues"] = _new_messages(a["messages"], before)
+            before = a["messages"]
+        test = g["test"]
+        candidate = _child_of(test, candidates) if test and test.get("accepted") else None
+        raced = bool(test and test.get("accepted") and candidate is None and raced_ids)
+        g["candidate"] = candidate
+        if candidate is not None:
+            g["candidate_mean"] = next((c.get("mean") for c in candidates if c.get("index") == candidate), None)
+        g["verdict"] = _verdict(test, candidate, raced, g["attempts"])
+        out.append(g)
+    return out
 
 
 def _with_stop(result: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +151,7 @@ def _with_stop(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _best(cands: list[dict]) -> dict | None:
-    i = best_index([c["mean"] for c in cands])
+    i = best_index([c["mean"] for c in cands], evidence([c["val_scores"] for c in cands]))
     return None if i is None else cands[i]
 
 
@@ -49,9 +161,9 @@ def _partial_result(store: RunStore, name: str, cands: list[dict], config: dict)
     history: list[list[float]] = []
     for c in cands:
         archive.add([c["val_scores"][i] for i in val_ids])
-        best = max(x["mean"] for x in cands[: c["index"] + 1])
-        if not history or history[-1][1] != best:
-            history.append([c["rollouts_at_creation"], best])
+        top = float(archive.means()[archive.best()])
+        if not history or history[-1][1] != top:
+            history.append([c["rollouts_at_creation"], top])
     best = _best(cands)
     return {
         "best_candidate": best["texts"] if best else {}, "best_score": best["mean"] if best else None,

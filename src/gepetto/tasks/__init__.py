@@ -16,12 +16,15 @@ TASKS: dict[str, str] = {
     "ifbench": "gepetto.tasks.ifbench",
     "pupa": "gepetto.tasks.pupa",
     "gsm8k": "gepetto.tasks.math",
+    "gsm8k-plain": "gepetto.tasks.math",  # a seed with the answer format only: reasoning is the headroom
     "aime": "gepetto.tasks.math",
     "clinc-banking": "gepetto.tasks.intents",  # real track: cheap rollouts, measured headroom
     "clinc-credit-oos": "gepetto.tasks.intents",
     "clinc-banking8": "gepetto.tasks.intents",
     "clinc-kitchen": "gepetto.tasks.intents",
     "clinc-work-oos": "gepetto.tasks.intents",
+    "clinc-home": "gepetto.tasks.intents",  # locked-only: scored once, on the locked test split
+    "clinc-auto": "gepetto.tasks.intents",
     "snips-restaurant": "gepetto.tasks.slots",
     "snips-weather": "gepetto.tasks.slots",
     "sim": "gepetto.testing.sim",  # simulated, known optimum: for tests, benchmarks and trying the CLI without models
@@ -31,12 +34,16 @@ TASKS: dict[str, str] = {
 # options that make one module's task into a named variant
 _VARIANTS: dict[str, dict[str, Any]] = {
     "gsm8k": {"dataset": "gsm8k"},
+    "gsm8k-plain": {"dataset": "gsm8k", "seed_form": "plain", "n_train": 30, "n_val": 30, "n_test": 100,
+                    "n_locked": 150},
     "aime": {"dataset": "aime"},
     "clinc-banking": {"domain": "banking", "oos": False},
     "clinc-credit-oos": {"domain": "credit_cards", "oos": True},
     "clinc-banking8": {"domain": "banking", "oos": False, "subset": "banking8"},
     "clinc-kitchen": {"domain": "kitchen_and_dining", "oos": False},
     "clinc-work-oos": {"domain": "work", "oos": True},
+    "clinc-home": {"domain": "home", "oos": False},
+    "clinc-auto": {"domain": "auto_and_commute", "oos": False},
     "snips-restaurant": {"intent": "BookRestaurant"},
     "snips-weather": {"intent": "GetWeather"},
 }
@@ -47,6 +54,10 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("GEPETTO_DATA_DIR", "../shared/data"))
 
 
+# where a user learns which files a benchmark task reads, where they come from and under which licence
+DATA_DOC = "docs/data.md in the gepetto repository"
+
+
 def load_task(name: str, **options: Any) -> Task:
     """Load a built-in task by name; options go to the task's loader (data_dir, seed, split sizes, LMs)."""
     if name not in TASKS:
@@ -54,4 +65,10 @@ def load_task(name: str, **options: Any) -> Task:
     module = importlib.import_module(TASKS[name])
     for key, value in _VARIANTS.get(name, {}).items():
         options.setdefault(key, value)
-    return module.load(**options)
+    try:
+        return module.load(**options)
+    except FileNotFoundError as exc:  # a benchmark's data files are not shipped: say where they come from
+        if DATA_DOC in str(exc):
+            raise
+        raise FileNotFoundError(f"{exc}. gepetto does not ship the data of task {name!r}: {DATA_DOC} says where to "
+                                "get its files, under which licence, and where to put them") from exc

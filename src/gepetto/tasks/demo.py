@@ -21,8 +21,7 @@ from gepetto.types import Candidate, Example, Score
 FORMAT = 'Reply with only a JSON object: {"item": "<what is ordered>", "quantity": <integer>}.'
 SEED_INSTRUCTION = f"Extract the order from the customer's message. {FORMAT}"
 # written by hand from the task's definition (the house facts above) before any optimisation, with examples that
-# are not in the dataset; of three forms tried on validation (rules as a list, "If ..." rules, examples) the
-# examples scored best (0.943 against 0.429 and 0.743, seed 0.571), then measured once on test
+# are not in the dataset: the form that scored best on validation (docs/design-notes.md)
 EXPERT_INSTRUCTION = (
     f"{SEED_INSTRUCTION}\n"
     "The quantity is a number, never in quotes; the item is the thing ordered, in one word, without the number. "

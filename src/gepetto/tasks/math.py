@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Mapping
 from decimal import Decimal
 from fractions import Fraction
@@ -43,6 +44,8 @@ from gepetto.types import Candidate, Example, Score
 
 SEED_INSTRUCTION = "Solve the math problem. Reason step by step, then end with a final line of the form " \
     "'Answer: <number>'."
+# the plain seed: the task and the answer format only (with it the 0.5B model answers at once, without reasoning)
+PLAIN_INSTRUCTION = "Solve the math word problem. End your reply with a final line of the form 'Answer: <number>'."
 MAX_TOKENS = 400
 DEFAULT_SPLITS = {"gsm8k": (50, 50, 200), "aime": (15, 15, 30)}
 SOLUTION_CHARS = 400
@@ -248,9 +251,18 @@ def load(
     n_val: int | None = None,
     n_test: int | None = None,
     max_tokens: int = MAX_TOKENS,
+    seed_form: str = "reasoning",
+    test_split: str = "dev",
+    n_locked: int = 300,
     **_: Any,
 ) -> Task:
-    """GSM8K (a seeded split of its test file) or AIME (2024 for train/val, 2025 for test)."""
+    """GSM8K (a seeded split of its test file) or AIME (2024 for train/val, 2025 for test).
+
+    `seed_form="plain"` makes the seed state only the task and the answer format (the reasoning instruction is then
+    the expert's); `test_split="locked"` (GSM8K) gives the `n_locked` problems after the dev test split, kept to be
+    scored once, when a result is reported."""
+    if seed_form not in ("reasoning", "plain") or test_split not in ("dev", "locked"):
+        raise ValueError("seed_form must be 'reasoning' or 'plain', test_split 'dev' or 'locked'")
     if dataset not in DEFAULT_SPLITS:
         raise ValueError(f"unknown math dataset {dataset!r}; choose one of {', '.join(DEFAULT_SPLITS)}")
     d_train, d_val, d_test = DEFAULT_SPLITS[dataset]
@@ -264,6 +276,8 @@ def load(
             raise ValueError(f"gsm8k has {len(items)} problems; asked for {n_train}+{n_val}+{n_test}")
         train, val = items[:n_train], items[n_train:n_train + n_val]
         test = items[n_train + n_val:n_train + n_val + n_test]
+        if test_split == "locked":
+            test = items[n_train + n_val + n_test:n_train + n_val + n_test + n_locked]
         name, what = "GSM8K", f"GSM8K test-file problems (seeded split, seed {seed})"
     else:
         pool = _shuffled(aime_examples(resolve_file(data_dir, "math", "aime24.jsonl"), "aime24"), "aime", seed)
@@ -277,9 +291,11 @@ def load(
         name=name,
         program=single_instruction("solve", max_tokens=max_tokens),
         metric=metric,
-        seed_candidate=Candidate(solve=SEED_INSTRUCTION),
+        seed_candidate=Candidate(solve=SEED_INSTRUCTION if seed_form == "reasoning" else PLAIN_INSTRUCTION),
         trainset=train,
         valset=val,
         testset=test,
         description=f"{what}; chain of thought ending in 'Answer: <number>', exact numeric match.",
+        expert_candidate=Candidate(solve=SEED_INSTRUCTION) if seed_form == "plain" else None,
+        baseline=f"Answer: {Counter(e.gold['answer'] for e in train).most_common(1)[0][0]}" if train else None,
     )

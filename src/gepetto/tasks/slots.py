@@ -79,8 +79,31 @@ def seed_instruction(intent: str) -> str:
             "not mentioned.")
 
 
-def expert_instruction(intent: str) -> str:
-    """The hand-written expert prompt: the seed's task and format plus one line per slot."""
+# Hand-written worked examples per intent (invented messages, not from the data), for the expert's examples form.
+EXAMPLES: dict[str, list[tuple[str, dict[str, str]]]] = {
+    "GetWeather": [
+        ("Will it snow in Denver tomorrow?", {"condition_description": "snow", "city": "Denver",
+                                              "timeRange": "tomorrow"}),
+        ("is it going to be chilly around here tonight", {"condition_temperature": "chilly",
+                                                          "current_location": "here", "timeRange": "tonight"}),
+        ("What's the forecast for Kenya", {"country": "Kenya"}),
+        ("weather at Yosemite National Park in June", {"geographic_poi": "Yosemite National Park",
+                                                       "timeRange": "in June"}),
+        ("Will it be hot in Austin Texas next week", {"condition_temperature": "hot", "city": "Austin",
+                                                      "state": "Texas", "timeRange": "next week"}),
+    ],
+}
+
+
+def expert_instruction(intent: str, form: str = "definitions") -> str:
+    """The hand-written expert prompt: the seed's task and format plus one line per slot (`form="definitions"`),
+    and with `form="examples"` worked examples too (intents with `EXAMPLES`)."""
+    if form == "examples":
+        shown = "\n".join(f'"{text}" -> {json.dumps(slots)}' for text, slots in EXAMPLES[intent])
+        return (f"{expert_instruction(intent)}\nMost messages mention only one to three slots: never list a slot "
+                f"whose words are not in the message. Examples:\n{shown}")
+    if form != "definitions":
+        raise ValueError(f"unknown expert form {form!r}: definitions or examples")
     lines = "\n".join(f"- {name}: {SLOTS[intent][name]}" for name in slot_names(intent))
     return (f"Extract the slots from the user's {_describe(intent)} request. The slots:\n{lines}\n"
             "Copy each value exactly as it is written in the message (the words only, not a whole sentence). "
@@ -182,10 +205,15 @@ def _folder(data_dir: Any) -> Path:
 
 def load(
     data_dir: Any = None, *, seed: int = 0, intent: str = "BookRestaurant",
-    n_train: int = 60, n_val: int = 30, n_test: int = 100, **_: Any,
+    n_train: int = 60, n_val: int = 30, n_test: int = 100, expert_form: str = "definitions", test_split: str = "dev",
+    n_locked: int = 300, **_: Any,
 ) -> Task:
     """A SNIPS slot-filling task for one intent (BookRestaurant or GetWeather); test has at most `n_test`
-    examples (the held-out file has 100 per intent, less the utterances that also occur in train)."""
+    examples (the held-out file has 100 per intent, less the utterances that also occur in train).
+    `test_split="locked"` gives `n_locked` utterances of the training file that train and val do not use, kept to
+    be scored once, when a result is reported."""
+    if test_split not in ("dev", "locked"):
+        raise ValueError(f"test_split must be 'dev' or 'locked', got {test_split!r}")
     if intent not in SLOTS:
         raise ValueError(f"no hand-written slot definitions for intent {intent!r}; intents: {sorted(SLOTS)}")
     folder = _folder(data_dir)
@@ -219,8 +247,9 @@ def load(
         seed_candidate=Candidate(instruction=seed_instruction(intent)),
         trainset=[ex("train", *r) for r in train_val[:n_train]],
         valset=[ex("val", *r) for r in train_val[n_train:n_train + n_val]],
-        testset=[ex("test", *r) for r in test[:n_test]],
+        testset=[ex("test", *r) for r in test[:n_test]] if test_split == "dev" else
+        [ex("locked", *r) for r in train_val[n_train + n_val:n_train + n_val + n_locked]],
         description=f"SNIPS {intent}: utterance -> JSON of slots ({len(SLOTS[intent])} slot types), F1 over slots.",
-        expert_candidate=Candidate(instruction=expert_instruction(intent)),
+        expert_candidate=Candidate(instruction=expert_instruction(intent, expert_form)),
         baseline="{}",
     )

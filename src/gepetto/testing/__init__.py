@@ -7,8 +7,8 @@
   (429, 5xx, dropped connections, empty or malformed bodies, slow answers), queued or seeded at random
   (`random_faults`, `FAULT_KINDS`); `sim_responder` puts the simulated LMs behind it.
 
-Nothing in `gepetto.lm` imports these: the `sim` LM backend is registered when this package is imported
-(`import gepetto` does).
+Nothing in the library imports these: the `sim:` LM names are a row of `gepetto.lm.names.BACKENDS` that imports
+`gepetto.testing.sim` on first use, and `import gepetto` loads none of this package.
 """
 
 from gepetto.testing import sim

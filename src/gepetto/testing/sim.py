@@ -3,7 +3,13 @@
 Each example is of some "kind" k; the task LM answers it correctly only when the instruction of the
 component handling that kind mentions `rule-k`. The metric's feedback names the missing rule, and the
 simulated reflection LM adds the rules it reads in the feedback to the instruction. Used by the tests and
-by the benchmarks (sample efficiency, wall time, engine overhead) where real LMs would be slow or noisy.
+by the benchmarks (sample efficiency, wall time, engine overhead) where real LMs would be slow or noisy, and
+from the command line as `--task sim --task-lm sim:task --reflection-lm sim:reflection` (docs/runs.md).
+
+The simulated LMs only understand this task's questions ("question N kind K"): given another task they refuse
+with an LMSetupError that says so (which stops a run at once), instead of answering nonsense that scores 0.
+With `?strict=false` they answer anyway, as before: "?" from `sim:task`, the instruction unchanged from
+`sim:reflection` (a plumbing test of another task).
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from gepetto.lm.base import Completion, Message, Usage
-from gepetto.lm.names import Backend, LMName, register_backend
+from gepetto.lm.base import Completion, LMSetupError, Message, Usage
+from gepetto.lm.names import LMName
 from gepetto.program import Context, Task, TraceEntry
 from gepetto.types import Candidate, Example, Score
 
@@ -27,11 +33,18 @@ def examples(n: int, kinds: int, prefix: str = "ex") -> list[Example]:
             for i in range(n)]
 
 
-class SimTaskLM:
-    """Answers `answer-i` when the system prompt holds `rule-k` for the question's kind, else a wrong answer."""
+def _refusal(name: str, what: str, got: str) -> LMSetupError:
+    return LMSetupError(f"{name} is a simulated LM: it {what} only for the simulated task (gepetto optimize --task "
+                        f"sim; questions like 'question 3 kind 1'), and this task sent {got[:80]!r}. Give a real LM "
+                        "(docs/lm.md), or try the simulated task")
 
-    def __init__(self, latency: float = 0.0, name: str = "sim-task") -> None:
-        self.name, self.latency, self.calls = name, latency, 0
+
+class SimTaskLM:
+    """Answers `answer-i` when the system prompt holds `rule-k` for the question's kind, else a wrong answer.
+    A message that is not a simulated question is refused (LMSetupError), or with `strict=False` answered "?"."""
+
+    def __init__(self, latency: float = 0.0, name: str = "sim-task", strict: bool = True) -> None:
+        self.name, self.latency, self.strict, self.calls = name, latency, strict, 0
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         self.calls += 1
@@ -40,6 +53,8 @@ class SimTaskLM:
         system = messages[0]["content"]
         m = _Q.search(messages[-1]["content"])
         if m is None:
+            if self.strict:
+                raise _refusal(self.name, "answers", str(messages[-1]["content"]))
             return Completion("?", Usage(20, 1))
         i, k = m.groups()
         ok = re.search(rf"\brule-{k}\b", system) is not None
@@ -55,12 +70,13 @@ class SimReflectionLM:
     `max_rules`: at most this many new rules per proposal (slower, more realistic progress).
     `forget`: the new instruction keeps none of the current rules (as small models often rewrite from
     scratch), which makes candidates trade off against each other instead of forming a single chain.
+    `strict`: a request showing no simulated question is refused (LMSetupError); otherwise answered unchanged.
     """
 
     def __init__(self, noise: float = 0.0, max_rules: int = 1, seed: int = 0, latency: float = 0.0,
-                 forget: bool = False, name: str = "sim-reflection") -> None:
+                 forget: bool = False, name: str = "sim-reflection", strict: bool = True) -> None:
         self.name, self.noise, self.max_rules, self.latency = name, noise, max_rules, latency
-        self.forget, self.seed, self.calls = forget, seed, 0
+        self.forget, self.seed, self.strict, self.calls = forget, seed, strict, 0
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         self.calls += 1
@@ -69,6 +85,9 @@ class SimReflectionLM:
         # the reflection prompt; on a retry it is followed by the rejected answer and a hint
         prompt = next(m["content"] for m in messages if "<current_instruction>" in m.get("content", ""))
         current = prompt.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
+        if self.strict and _Q.search(prompt) is None:  # the examples shown are not the simulated task's
+            shown = prompt.split("[Input]\n", 1)[-1] if "[Input]" in prompt else prompt
+            raise _refusal(self.name, "writes instructions", shown)
         rng = random.Random(f"{self.seed}:{params.get('seed')}:{len(messages)}")
         if rng.random() < self.noise:
             bad = rng.choice([
@@ -120,11 +139,11 @@ def load(data_dir: Any = None, *, seed: int = 0, n_train: int = 12, n_val: int =
 
 def lm_from_name(name: LMName) -> SimTaskLM | SimReflectionLM:
     """The LM a name `sim:task?latency=...` or `sim:reflection?noise=...` stands for."""
+    options = dict(name.options)
     if name.model == "task":
-        return SimTaskLM(latency=name.options.get("latency", 0.0), name=name.text)
-    return SimReflectionLM(name=name.text, **name.options)
+        unknown = sorted(set(options) - {"latency", "strict"})
+        if unknown:
+            raise ValueError(f"LM name {name.text!r}: sim:task takes latency and strict, not {unknown}")
+        return SimTaskLM(name=name.text, **options)
+    return SimReflectionLM(name=name.text, **options)
 
-
-register_backend("sim", Backend(lm_from_name, "sim:task or sim:reflection",
-                                {"latency": float, "noise": float, "seed": int, "max_rules": int, "forget": bool},
-                                models=("task", "reflection")), replace=True)

@@ -1,0 +1,357 @@
+"""The user's track: the default configuration, with metrics as users write them, on dev and locked test splits.
+
+Every run here is what a user gets from `gepetto.optimize(seed, trainset, metric, valset=..., program=...,
+budget=300, seed=S)` with the embedded models and no other option (unless `--set` says so, and then the row says
+it). The metric is one of:
+
+- `plain`: a Score with one free-text sentence, as the README teaches ("Correct: the answer is 'X'." /
+  "Incorrect: answered '...', the correct answer is 'Y'."), no `pattern`;
+- `float`: a bare number (gepetto writes its own feedback line);
+- `builtin`: the task's own metric (its feedback may carry `Score.pattern`).
+
+The score of each is the task's own (exact label after light normalisation, slot F1, exact number).
+
+Splits. Every task has a train and a validation split (the run sees only those), a **dev test** split on which every
+decision is made, and a **locked test** split scored only by `locked`, when an issue is closed; a locked row says
+whether it was the first look. `clinc-home` and `clinc-auto` are locked-only tasks: nothing was ever decided on
+them, so `run` does not score their dev test either.
+
+Usage:
+  python benchmarks/usertrack.py baselines --tasks clinc-banking ...          # trivial / seed / expert, dev test
+  python benchmarks/usertrack.py run --tasks clinc-banking --metric plain --seeds 0 1 2 [--budget 300]
+  python benchmarks/usertrack.py locked --tasks ... [--label L]                # first look at the locked split
+  python benchmarks/usertrack.py table
+
+Runs are stored (and resumable) in --storage, named `ut-TASK-METRIC-sSEED[-LABEL]`; task-LM answers are cached
+there. Rows are appended as JSON to --log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gepetto
+from gepetto import events as ev
+from gepetto.api import evaluate_async
+from gepetto.lm.cache import CachedLM
+from gepetto.lm.names import make_lm
+from gepetto.tasks import load_task
+from gepetto.types import Candidate, Example, Score
+
+TASK_LM, REFLECTION_LM = "local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b"
+TASKS = ["clinc-banking", "clinc-kitchen", "clinc-credit-oos", "clinc-work-oos", "snips-weather", "gsm8k-plain"]
+LOCKED_ONLY = {"clinc-home", "clinc-auto"}
+# task loader options: each task's fixed splits (data seed 0) and, for the new task types, their expert form
+TASK_OPTIONS: dict[str, dict[str, Any]] = {"snips-weather": {"expert_form": "examples"}}
+LOG = Path("benchmarks/results/usertrack.jsonl")
+
+
+def task_of(name: str, split: str) -> Any:
+    return load_task(name, seed=0, test_split=split, **TASK_OPTIONS.get(name, {}))
+
+
+def _render(value: Any) -> str:
+    """A gold or an output as a user's feedback line quotes it (a math gold: its answer, not its solution)."""
+    if isinstance(value, dict) and set(value) == {"answer", "solution"}:
+        value = value["answer"]
+    if isinstance(value, str):
+        return repr(value.strip())
+    return json.dumps(value, ensure_ascii=False)
+
+
+def user_metric(task: Any, style: str) -> Callable[..., Any]:
+    """The task's metric as a user writes it: its value, with one free-text sentence (`plain`) or none (`float`)."""
+    if style == "builtin":
+        return task.metric
+
+    def value(example: Example, output: Any, trace: Any) -> float:
+        return task.metric(example, output, trace).value
+
+    if style == "float":
+        return value
+
+    def plain(example: Example, output: Any, trace: Any) -> Score:
+        v, gold = value(example, output, trace), _render(example.gold)
+        if v >= 1.0:
+            return Score(1.0, f"Correct: the answer is {gold}.")
+        said = _render(str(output if output is not None else "")[:200])
+        return Score(v, f"Incorrect: answered {said}, the correct answer is {gold}." if v == 0 else
+                     f"Partly correct ({v:.2f}): answered {said}, the correct answer is {gold}.")
+
+    return plain
+
+
+def _lm() -> Any:
+    return make_lm(TASK_LM)
+
+
+async def _score(task: Any, candidate: Candidate, examples: list[Example], storage: Path) -> float:
+    lm = CachedLM(_lm(), storage)
+    ev_ = await evaluate_async(candidate, examples, task.metric, program=task.program, task_lm=lm, max_concurrency=8)
+    return ev_.mean
+
+
+def _constant(task: Any, examples: list[Example]) -> float:
+    return sum(task.metric(e, task.baseline, []).value for e in examples) / len(examples)
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def baselines(name: str, storage: Path, split: str) -> dict[str, Any]:
+    task = task_of(name, split)
+    row: dict[str, Any] = {"kind": "baselines", "task": name, "split": split, "n_test": len(task.testset),
+                           "baseline": task.baseline}
+    row["trivial"] = _constant(task, task.testset)
+    row["seed"] = asyncio.run(_score(task, task.seed_candidate, task.testset, storage))
+    row["expert"] = asyncio.run(_score(task, task.expert_candidate, task.testset, storage))
+    return row
+
+
+def run_name(name: str, metric: str, seed: int, label: str) -> str:
+    return f"ut-{name}-{metric}-s{seed}" + (f"-{label}" if label else "")
+
+
+def run(name: str, metric: str, seed: int, budget: int, storage: Path, options: dict[str, Any],
+        label: str) -> dict[str, Any]:
+    task = task_of(name, "dev")
+    counts: dict[str, Any] = {"reflections": 0, "usable": 0, "route": None}
+
+    def on_event(event: ev.Event) -> None:
+        if type(event).__name__ == "RouteChosen":  # (a gepetto before routes has none)
+            counts["route"] = event.describe()  # type: ignore[attr-defined]
+        elif isinstance(event, ev.ReflectionAnswered):
+            counts["reflections"] += 1
+            counts["usable"] += event.rejected is None
+        elif isinstance(event, ev.CandidateAdded):
+            rec = event.record
+            print(f"[{name} {metric} s{seed}] candidate {rec.index} ({rec.origin}) val {rec.mean:.3f} at "
+                  f"{rec.rollouts_at_creation} rollouts", file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    result = gepetto.optimize(task.seed_candidate, task.trainset, user_metric(task, metric), valset=task.valset,
+                              program=task.program, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, budget=budget,
+                              seed=seed, storage=storage, run=run_name(name, metric, seed, label),
+                              callbacks=on_event, **options)
+    seconds = time.perf_counter() - t0
+    row: dict[str, Any] = {
+        "kind": "run", "task": name, "metric": metric, "seed": seed, "budget": budget, "options": options,
+        "rollouts": result.rollouts_used, "seed_val": result.seed_score, "best_val": result.best_score,
+        "candidates": len(result.candidates), "proposals": {str(k): v for k, v in result.proposals.items()},
+        "reflections": counts["reflections"], "usable": counts["usable"], "route": counts["route"],
+        "seconds": round(seconds), "stop_message": result.stop_message, "best": dict(result.best_candidate),
+        "run": run_name(name, metric, seed, label),
+    }
+    if name not in LOCKED_ONLY:
+        row["dev_test"] = asyncio.run(_score(task, result.best_candidate, task.testset, storage))
+    return row
+
+
+def gepa(name: str, metric: str, seed: int, budget: int, storage: Path) -> dict[str, Any]:
+    """The reference `gepa` (0.1.4) on the same task, LMs, splits, budget and user metric (benchmarks/compare)."""
+    import dataclasses
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from compare.gepa_side import run_gepa
+
+    task = task_of(name, "dev")
+    as_user = dataclasses.replace(task, metric=user_metric(task, metric))
+    t0 = time.perf_counter()
+    rec = run_gepa(as_user, CachedLM(_lm(), storage), make_lm(REFLECTION_LM), budget=budget, seed=seed)
+    row: dict[str, Any] = {"kind": "gepa", "task": name, "metric": metric, "seed": seed, "budget": budget,
+                           "seed_val": rec.seed_val, "best_val": rec.best_val, "rollouts": rec.rollouts_counted,
+                           "seconds": round(time.perf_counter() - t0), "best": dict(rec.best_candidate),
+                           "run": f"gepa-{name}-{metric}-s{seed}"}
+    if name not in LOCKED_ONLY:
+        row["dev_test"] = asyncio.run(_score(task, Candidate(rec.best_candidate), task.testset, storage))
+    return row
+
+
+STORED_NAMES = {"clinc-kitchen_and_dining": "clinc-kitchen", "clinc-credit_cards-oos": "clinc-credit-oos"}
+
+
+def stored_prompts() -> list[dict[str, Any]]:
+    """The best prompts stored by earlier real-track runs, as `candidate` rows to score on the locked split: the
+    recipe (v19: edit, fewshot 4, 3 rules, current-best, definitions 60; CLINC's own metric with its pattern) and
+    the default of before this issue (rewrite with adaptive demonstrations), both as measured then (their dev test
+    scores are those of their own logs, another llama.cpp build on the same splits)."""
+    import gzip
+
+    results = Path(__file__).parent / "results"
+    rows = []
+    with gzip.open(results / "realtrack.jsonl.gz", "rt") as f:
+        for line in f:
+            r = json.loads(line) if line.strip() else {}
+            if r.get("kind") == "run" and r.get("label") == "fewshot4-rules3-best-def60@76d9d08":
+                rows.append({"kind": "candidate", "task": r["task"], "label": "recipe v19 (builtin metric)",
+                             "seed": r["seed"], "best": r["best"], "run": f"realtrack v19 s{r['seed']}",
+                             "dev_test": r["best_test"]})
+    for r in json.loads((results / "efficiency_clinc.json").read_text())["runs"]:
+        if r["system"] == "gepetto-fewshot-default":
+            best = r["best_candidate"]
+            rows.append({"kind": "candidate", "task": STORED_NAMES.get(r["task"], r["task"]),
+                         "label": "default before issue 36 (builtin metric)", "seed": int(r["seed"]),
+                         "best": json.loads(best) if isinstance(best, str) else best,
+                         "run": f"efficiency_clinc gepetto-fewshot-default s{r['seed']}",
+                         "dev_test": float(r["test_score"])})
+    return rows
+
+
+def locked(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
+    """The first look at the locked split: the baselines, then every stored run's best candidate of this task in
+    the log (and the rows of `extra` candidates: the recipe's and the earlier default's stored best prompts)."""
+    task = task_of(name, "locked")
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
+    looked = any(r["kind"] == "locked" and r["task"] == name for r in rows)
+    out = [{**baselines(name, storage, "locked"), "kind": "locked-baselines", "first_look": not looked}]
+    seen: set[str] = set()
+    for r in rows:
+        if r["kind"] in ("run", "gepa", "candidate") and r["task"] == name and json.dumps(r["best"]) not in seen:
+            seen.add(json.dumps(r["best"]))
+            score = asyncio.run(_score(task, Candidate(r["best"]), task.testset, storage))
+            out.append({"kind": "locked", "task": name, "of": r.get("run") or r.get("label"), "metric": r.get("metric"),
+                        "system": r["kind"], "label": r.get("label"), "seed": r.get("seed"), "locked_test": score,
+                        "first_look": not looked})
+    return out
+
+
+def _mean(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    spread = f" ± {statistics.stdev(xs):.3f}" if len(xs) > 1 else ""
+    return f"{statistics.mean(xs):.3f}{spread} ({len(xs)})"
+
+
+def _closed(xs: list[float], seed: float | None, expert: float | None) -> str:
+    if not xs or seed is None or expert is None or expert - seed <= 0:
+        return "-"
+    return f"{(statistics.mean(xs) - seed) / (expert - seed):+.0%}"
+
+
+def table(log: Path) -> str:
+    """One table per task: trivial, seed and expert, then each system's best candidates, on the dev test split and
+    on the locked split (where it was scored: first look or not), with the proposals' outcomes."""
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    dev = {r["task"]: r for r in rows if r["kind"] == "baselines"}
+    lock = {r["task"]: r for r in rows if r["kind"] == "locked-baselines"}
+    locked_of = {(r["task"], r["of"]): r for r in rows if r["kind"] == "locked"}
+    systems: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in rows:
+        if r["kind"] == "run":
+            what = f"gepetto default, {r['metric']} metric" + (f" ({r['label']})" if r.get("label") else "")
+        elif r["kind"] == "gepa":
+            what = f"gepa 0.1.4, {r['metric']} metric"
+        elif r["kind"] == "candidate":
+            what = r["label"]
+        else:
+            continue
+        latest = systems.setdefault(r["task"], {}).setdefault(what, [])
+        latest[:] = [x for x in latest if x.get("seed") != r.get("seed")] + [r]  # a resumed run replaces its row
+    out = ["# The user's track: the default configuration, metrics as users write them\n",
+           "Generated by `python benchmarks/usertrack.py table` from `benchmarks/results/usertrack.jsonl` (each row "
+           "there holds its exact command, commit, machine and date). Task LM Qwen2.5-Coder 0.5B, reflection LM 1.5B, "
+           "embedded (llama.cpp, 2 CPU cores), budget 300, the default configuration (nothing set but the budget and "
+           "the seed). Metrics: `plain` (a Score with one free-text sentence, no pattern), `float` (a bare number), "
+           "`builtin` (the task's own). Mean ± sd (number of seeds). The dev test split decided things; the locked "
+           "split is scored once, when the issue closes: its column says whether that was the first look. Gap closed "
+           "= (mean - seed) / (expert - seed) on the same split."]
+    for task in sorted(set(dev) | set(lock) | set(systems)):
+        d, lk = dev.get(task, {}), lock.get(task, {})
+        first = "first look" if lk.get("first_look") else "looked at before"
+        out.append(f"\n### {task}\n")
+        out.append(f"| | dev test ({d.get('n_test', '-')}) | gap closed | locked test ({lk.get('n_test', '-')}, "
+                   f"{first if lk else 'not scored yet'}) | gap closed |")
+        out.append("|---|---:|---:|---:|---:|")
+        for key, name in (("trivial", f"trivial (`{d.get('baseline') or lk.get('baseline')}`)"), ("seed", "seed"),
+                          ("expert", "expert (hand-written)")):
+            dv, lv = d.get(key), lk.get(key)
+            out.append(f"| {name} | {'-' if dv is None else f'{dv:.3f}'} | | {'-' if lv is None else f'{lv:.3f}'} | |")
+        for what, rs in sorted(systems.get(task, {}).items()):
+            devs = [r["dev_test"] for r in rs if "dev_test" in r]
+            locks = [locked_of[(task, r.get("run") or r.get("label"))]["locked_test"] for r in rs
+                     if (task, r.get("run") or r.get("label")) in locked_of]
+            out.append(f"| {what} | {_mean(devs)} | {_closed(devs, d.get('seed'), d.get('expert'))} | "
+                       f"{_mean(locks)} | {_closed(locks, lk.get('seed'), lk.get('expert'))} |")
+        for what, rs in sorted(systems.get(task, {}).items()):
+            if rs[0]["kind"] in ("run", "gepa"):
+                per = "; ".join(
+                    f"s{r['seed']}: val {r['seed_val']:.3f} -> {r['best_val']:.3f}, {r['rollouts']} rollouts, "
+                    f"{r['seconds']} s" + (f", {_outcomes(r['proposals'])}" if r.get("proposals") else "")
+                    for r in sorted(rs, key=lambda r: r["seed"]))
+                out.append(f"\n- {what}: {per}" + (f"; {rs[0]['route']}" if rs[0].get("route") else ""))
+    return "\n".join(out)
+
+
+def _outcomes(proposals: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(proposals.items(), key=lambda kv: -kv[1]))
+
+
+def _option(item: str) -> tuple[str, Any]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set wants KEY=VALUE, got {item!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["baselines", "run", "gepa", "stored", "locked", "table"])
+    ap.add_argument("--tasks", nargs="+", default=TASKS)
+    ap.add_argument("--metric", default="plain", choices=["plain", "float", "builtin"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--budget", type=int, default=300)
+    ap.add_argument("--storage", default="usertrack.sqlite")
+    ap.add_argument("--log", default=str(LOG))
+    ap.add_argument("--label", default="", help="names a variant (a stored run of its own); empty: the default")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an option of gepetto.optimize, VALUE read as JSON; the row says it")
+    args = ap.parse_args()
+    log, storage = Path(args.log), Path(args.storage)
+    if args.what == "table":
+        print(table(log))
+        return
+    options = dict(_option(item) for item in args.set)
+    stamp = {"command": "python benchmarks/usertrack.py " + " ".join(sys.argv[1:]),
+             "date": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(), "machine": f"{os.cpu_count()} cores"}
+    def write(row: dict[str, Any]) -> None:
+        row.update({"label": row.get("label") or args.label, **stamp})
+        print(json.dumps(row), flush=True)
+        with open(log, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    if args.what == "stored":
+        for row in stored_prompts():
+            write(row)
+        return
+    for name in args.tasks:
+        if args.what == "locked":
+            for row in locked(name, storage, log):
+                write(row)
+        elif args.what == "baselines":
+            if name in LOCKED_ONLY:
+                raise SystemExit(f"{name} is locked-only: its baselines are scored by `locked`")
+            write(baselines(name, storage, "dev"))
+        elif args.what == "gepa":
+            for seed in args.seeds:
+                write(gepa(name, args.metric, seed, args.budget, storage))
+        else:
+            for seed in args.seeds:
+                write(run(name, args.metric, seed, args.budget, storage, options, args.label))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""What the optimiser can tell about a task's answers from what every user gives: the examples (their `gold`, when
+there is one), the program's outputs, and the metric's scores and feedback. Nothing here needs `Score.pattern`.
+
+- A **closed answer set**: the golds are a few short texts, each shared by several examples (labels, classes,
+  yes/no); with no gold, the outputs of the seed's solved rollouts are.
+- A **confusion**: a failed rollout whose output names an answer X while its example's right answer is Y, written
+  "answered X, expected Y" (the right answer from the gold, else the one other answer the feedback names).
+- A **failure pattern** for any other failure: the feedback's first sentence with what is particular to the example
+  masked (quoted text, numbers, the output and the gold), so that free-text feedback still forms groups.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from gepetto.program import Rollout
+from gepetto.types import Example
+
+MAX_ANSWER_CHARS = 40  # an answer of a closed set is short: a label, a class, yes/no
+MAX_ANSWER_WORDS = 5
+MAX_ANSWERS = 60
+PATTERN_CHARS = 120
+# an output or gold that says what it is before the answer: "Intent: balance", "The answer is yes"
+_PREFIX = re.compile(r"^(?:the\s+)?(?:intent|label|answer|category|class|classification)\s*(?:is)?\s*[:=-]?\s*", re.I)
+_QUOTED = re.compile(r"'[^'\n]{1,200}'|\"[^\"\n]{1,200}\"|`[^`\n]{1,200}`|‘[^’\n]{1,200}’|“[^”\n]{1,200}”")
+_NUMBER = re.compile(r"(?<![\w-])[-+]?\d[\d,]*(?:\.\d+)?(?![\w])")  # a number on its own, not in "rule-3"
+_CONFUSION = re.compile(r"^answered\s+(.+?),\s*expected\s+(.+?)$", re.I)
+NO_ANSWER = "no listed answer"  # X of a confusion whose output names none of the answers
+
+
+def normal(text: Any) -> str:
+    """The comparison key of an answer: lowercase, without quotes, a trailing period, a leading "Answer:" and the
+    like; spaces, hyphens and underscores all one "_"."""
+    s = str(text if text is not None else "").strip().strip("`\"'*").strip()
+    s = _PREFIX.sub("", s).strip().strip("`\"'*").rstrip(".!").strip()
+    return re.sub(r"[\s\-_]+", "_", s.lower())
+
+
+def _short(text: str) -> bool:
+    return 0 < len(text) <= MAX_ANSWER_CHARS and len(text.split()) <= MAX_ANSWER_WORDS and "\n" not in text
+
+
+@dataclass(frozen=True)
+class AnswerSet:
+    """The closed set of answers of a task, as the golds (or the solved outputs) write them, and where it came
+    from ("golds" or "outputs")."""
+
+    answers: tuple[str, ...]
+    source: str
+
+    def match(self, text: Any) -> str:
+        """The answer `text` is (compared by `normal`), or the one answer it names as a whole word when it is short
+        ("I think it's balance."); "" when none or several."""
+        found = self.exact(text)
+        if found or not normal(text) or len(str(text)) > 4 * MAX_ANSWER_CHARS:
+            return found
+        named = [a for a in self.answers if names(str(text), a)]
+        return named[0] if len(named) == 1 else ""
+
+    def exact(self, text: Any) -> str:
+        """The answer `text` is (compared by `normal`), "" if none: an answer alone, not a sentence naming one."""
+        return self._by_key.get(normal(text), "")
+
+    def named_in(self, text: str) -> list[str]:
+        """The answers `text` names as whole words, in the order of the set."""
+        return [a for a in self.answers if names(text, a)]
+
+    @cached_property
+    def _by_key(self) -> dict[str, str]:
+        return {normal(a): a for a in self.answers}
+
+    def describe(self) -> str:
+        shown = ", ".join(self.answers[:6]) + (", ..." if len(self.answers) > 6 else "")
+        return f"{len(self.answers)} answers from the {self.source} ({shown})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"answers": list(self.answers), "source": self.source}
+
+
+def names(text: str, answer: str) -> bool:
+    """Whether `text` names `answer` as a whole word (case-insensitive; "_", "-" and spaces alike)."""
+    words = [re.escape(w) for w in re.split(r"[_\s\-]+", answer) if w]
+    return bool(words) and bool(re.search(r"(?<![\w])" + r"[_\s\-]+".join(words) + r"(?![\w])", text, re.I))
+
+
+def _closed(texts: Sequence[str], source: str, *, min_share: float) -> AnswerSet | None:
+    """An answer set when the texts are short and few distinct ones cover them (each distinct one at least twice
+    on average: `min_share` of the texts are repeats)."""
+    if len(texts) < 4 or not all(_short(t.strip()) for t in texts):
+        return None
+    counts = Counter(normal(t) for t in texts)
+    if "" in counts or not 2 <= len(counts) <= MAX_ANSWERS or len(counts) > (1 - min_share) * len(texts):
+        return None
+    first: dict[str, str] = {}
+    for t in texts:
+        first.setdefault(normal(t), t.strip())
+    return AnswerSet(tuple(sorted(first.values(), key=normal)), source)
+
+
+def from_golds(trainset: Iterable[Example], valset: Iterable[Example] = ()) -> AnswerSet | None:
+    """The answer set the examples' golds form: every example has a short text gold and, in the training set
+    alone, few distinct golds cover them all (each at least twice on average: a label set); the validation golds
+    join the set. None otherwise (no gold, numbers, records, free text, a gold per example)."""
+    train, val = [e.gold for e in trainset], [e.gold for e in valset]
+    if not train or not all(isinstance(g, str) for g in train + val):
+        return None
+    if _closed(train, "golds", min_share=0.5) is None:
+        return None
+    return _closed(train + val, "golds", min_share=0.0)
+
+
+def from_outputs(rollouts: Iterable[Rollout], perfect: float) -> AnswerSet | None:
+    """The answer set the solved rollouts' outputs form (for examples without golds): short outputs, few of them
+    distinct, and most outputs of all the rollouts short too."""
+    runs = list(rollouts)
+    outputs = [str(r.output) for r in runs if r.output is not None and r.score.value >= perfect]
+    short = sum(_short(str(r.output).strip()) for r in runs if r.output is not None)
+    if short < 0.8 * len(runs):
+        return None
+    return _closed(outputs, "outputs", min_share=0.3)
+
+
+def mask(feedback: str, *specifics: str) -> str:
+    """The feedback with what is particular to one example masked (the output, the gold, quoted text, numbers), so
+    that the same kind of failure reads the same on every example: its first sentences, as many as fit in
+    PATTERN_CHARS (a long tail, such as a reference solution, is left out)."""
+    text = " ".join(feedback.split())
+    for part in sorted({s.strip() for s in specifics if s and s.strip()}, key=len, reverse=True):
+        if len(part) >= 2:  # as a whole, not inside a longer word or number ("25" in "250")
+            text = re.sub(r"(?<![\w])" + re.escape(part) + r"(?![\w])", "…", text)
+    text = _NUMBER.sub("N", _QUOTED.sub("'…'", text))
+    kept = ""
+    for sentence in re.split(r"(?<=[.!?])\s", text):
+        if kept and len(kept) + 1 + len(sentence) > PATTERN_CHARS:
+            break
+        kept = f"{kept} {sentence}".strip()
+    return kept[:PATTERN_CHARS] or "failed"
+
+
+def confusion(pattern: str) -> tuple[str, str]:
+    """(X, Y) of a confusion pattern "answered X, expected Y" (X is NO_ANSWER when the output named no answer);
+    ("", "") for any other pattern."""
+    m = _CONFUSION.match(pattern.strip())
+    return (m.group(1).strip(), m.group(2).strip()) if m else ("", "")
+
+
+class Diagnosis:
+    """Reads failures the same way for every proposer: their pattern, their right answer and the answer given,
+    from the run's answer set (or None) and the examples by id."""
+
+    def __init__(self, answers: AnswerSet | None, examples: Mapping[str, Example]) -> None:
+        self.answers = answers
+        self.examples = examples
+
+    def expected(self, rollout: Rollout) -> str:
+        """The right answer of the rollout's example: its gold (as the set writes it); without golds, the one
+        answer the feedback names besides the one given; "" when unknown."""
+        if self.answers is None:
+            return ""
+        example = self.examples.get(rollout.example_id)
+        if self.answers.source == "golds" and example is not None:
+            return self.answers.match(example.gold)
+        if rollout.score.pattern:
+            return confusion(rollout.score.pattern)[1]
+        others = [a for a in self.answers.named_in(rollout.score.feedback) if a != self.given(rollout)]
+        return others[0] if len(others) == 1 else ""
+
+    def given(self, rollout: Rollout) -> str:
+        """The answer the rollout's output is (or names), "" if none."""
+        return self.answers.match(rollout.output) if self.answers is not None and rollout.output is not None else ""
+
+    def pattern(self, rollout: Rollout) -> str:
+        """The failure's pattern: the metric's `Score.pattern` when it gives one; else, with an answer set, the
+        confusion "answered X, expected Y"; else the masked first sentence of the feedback."""
+        if rollout.score.pattern:
+            return rollout.score.pattern
+        right = self.expected(rollout)
+        given = self.given(rollout)
+        if right and given != right:
+            return f"answered {given or NO_ANSWER}, expected {right}"
+        example = self.examples.get(rollout.example_id)
+        gold = example.gold if example is not None and isinstance(example.gold, (str, int, float)) else ""
+        return mask(rollout.score.feedback, str(rollout.output or ""), str(gold))
+
+    def expected_of(self, pattern: str) -> str:
+        """The right answer a pattern names (Y of a confusion; also a metric's own "answered X, expected Y")."""
+        return confusion(pattern)[1]
+
+    def wrong_of(self, pattern: str) -> str:
+        """The answer given in a confusion pattern, when it is one of the answers (never NO_ANSWER)."""
+        given = confusion(pattern)[0]
+        if not given or given == NO_ANSWER:
+            return ""
+        return given if self.answers is None else (self.answers.match(given) or "")

@@ -1,0 +1,77 @@
+"""Strategies named with their parameters: one written form (the spec) for files, the CLI and a stored run, the
+strategy object in Python, each parameter declared once, on the strategy."""
+
+import asyncio
+
+import pytest
+
+from gepetto.config import SPECS, ConfigError, EngineConfig, load_config
+from gepetto.engine.loop import Engine
+from gepetto.engine.proposers import Edit, FewShot
+from gepetto.engine.racing import Racing
+from gepetto.engine.strategies import EpsilonGreedy, Paired
+from gepetto.specs import REGISTRY, canonical, knob_fields, parse_spec
+from gepetto.testing import ScriptedLM, sim
+
+
+def test_a_spec_is_a_name_with_parameters_or_a_table_of_one_key():
+    assert parse_spec("pareto") == ("pareto", {})
+    assert parse_spec(" edit( rules = 3, definitions=60 ) ") == ("edit", {"rules": 3, "definitions": 60})
+    assert parse_spec("epsilon-greedy(epsilon=0.2)") == ("epsilon-greedy", {"epsilon": 0.2})
+    assert parse_spec("racing(confidence=null)") == ("racing", {"confidence": None})  # as YAML and JSON write it
+    assert parse_spec("fewshot(adaptive=false, k=2)") == ("fewshot", {"adaptive": False, "k": 2})
+    assert parse_spec("ray(address='ray://head:10001')") == ("ray", {"address": "ray://head:10001"})
+    assert parse_spec({"edit": {"rules": 3}}) == parse_spec("edit(rules=3)") == ("edit", {"rules": 3})
+    assert parse_spec({"pareto": None}) == ("pareto", {})
+    for bad in ("edit(3)", "edit(rules=)", "edit(rules=3", "1edit", "edit(rules=open('x'))", "edit(**x)"):
+        with pytest.raises(ValueError, match="is not a strategy"):
+            parse_spec(bad)
+    with pytest.raises(ValueError, match="one key, its name"):
+        parse_spec({"edit": {}, "rewrite": {}})
+
+
+def test_a_spec_is_stored_in_one_written_form():
+    # the parameters in the order the strategy declares them, those at their defaults left out
+    assert canonical("proposer", "edit(definitions=60, rules=3, gate_solved=3)") == "edit(rules=3, definitions=60)"
+    assert canonical("proposer", Edit(rules=3, definitions=60)) == "edit(rules=3, definitions=60)"
+    assert canonical("accept", {"paired": {"tolerance": 0}}) == "paired" == Paired().spec
+    assert EngineConfig(parent_selector=EpsilonGreedy(0.25)).parent_selector == "epsilon-greedy(epsilon=0.25)"
+    assert EngineConfig(validation=Racing(chunk=5, confidence=0.9)).validation == "racing(confidence=0.9)"
+    assert Edit(rules=3) == Edit(rules=3) and Edit(rules=3) != Edit(rules=4)
+    with pytest.raises(ConfigError, match="edit: rules=0: Input should be greater than or equal to 1"):
+        Edit(rules=0)
+
+
+def test_every_option_naming_a_strategy_lists_the_registered_classes():
+    """The config names each option's built-ins (for the CLI's help); the strategy classes register themselves
+    under those names, with their parameters declared once on them."""
+    assert {option: set(REGISTRY[option]) for option in SPECS} == {o: set(n) for o, n in SPECS.items()}
+    assert set(REGISTRY) == set(SPECS)
+    assert [f.name for f in knob_fields(REGISTRY["proposer"]["edit"])] == [
+        "rules", "definitions", "evidence", "gate_solved", "rule_max_tokens", "max_tokens", "prompt_chars"]
+    # the auto proposer takes the edit proposer's parameters (and so rewrite's), each unset
+    auto = REGISTRY["proposer"]["auto"]()
+    assert list(auto.knobs()) == [f.name for f in knob_fields(Edit)] and set(auto.knobs().values()) == {None}
+
+
+def test_a_toml_file_names_a_strategy_with_a_table(tmp_path):
+    (tmp_path / "run.toml").write_text('task = "sim"\nmerge = false\n[proposer.edit]\nrules = 3\n'
+                                       '[parent_selector.epsilon-greedy]\nepsilon = 0.3\n')
+    cfg = load_config(tmp_path / "run.toml")
+    assert (cfg.proposer, cfg.parent_selector, cfg.merge) == ("edit(rules=3)", "epsilon-greedy(epsilon=0.3)", "off")
+
+
+def test_a_built_in_object_given_to_an_engine_is_made_for_its_run():
+    """A strategy object of the built-ins (not a spec) given to the engine is bound to the run's options, as the
+    one its spec names would be: its test size follows the run's minibatch."""
+    task = sim.task(kinds=4)
+    engine = Engine(task.program, task.metric, task.seed_candidate, task.trainset, task.valset, sim.SimTaskLM(),
+                    ScriptedLM(lambda m, p: "<rule></rule>"), EngineConfig(budget=60, minibatch_size=4, fewshot=0),
+                    strategies={"proposer": Edit(rules=2, gate_solved=1), "parent_selector": EpsilonGreedy(0.0)})
+    proposer = engine.strategies.proposer
+    assert isinstance(proposer, Edit) and proposer.test_size == 4 + 1 and engine.plan.child_test == 5
+    result = asyncio.run(engine.run())
+    assert result.rollouts_used <= 60
+    wrapped = Engine(task.program, task.metric, task.seed_candidate, task.trainset, task.valset, sim.SimTaskLM(),
+                     sim.SimReflectionLM(), EngineConfig(budget=60, fewshot=2), strategies={"proposer": Edit()})
+    assert isinstance(wrapped.strategies.proposer, FewShot) and wrapped.strategies.proposer.test_size == 3 + 3
