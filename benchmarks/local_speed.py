@@ -1,4 +1,4 @@
-"""The embedded backend's speed options on real calls: prompt-lookup decoding and the prefix (KV) cache.
+"""The embedded backend on real calls, replayed (issue 15; its speed options went with the serial backend, issue 38).
 
     python benchmarks/local_speed.py record --budget 60 --trace /tmp/demo_calls.json
     python benchmarks/local_speed.py replay --trace /tmp/demo_calls.json --out benchmarks/results/local_speed.md
@@ -6,10 +6,11 @@
 
 `record` runs a task (the demo, or a task target such as examples/support_router.py:make_task) with the embedded
 Qwen2.5-Coder 0.5B task LM and 1.5B reflection LM, without a run store (so no response cache), and keeps every LM
-call in the order llama.cpp ran it: messages, parameters and answer. `replay` sends the same calls, in the same
-order, to fresh models in several settings (baseline; `lookup=N`; `prefix_cache_mb=M`), one setting at a time,
-and reports wall time, tokens per second and how many answers at temperature 0 are identical to the
-baseline's (sampled calls, the reflection retries at a higher temperature, are timed only).
+call in the order it finished: messages, parameters and answer. `replay` sends the same calls, one at a time in
+the same order, to a fresh model per setting, and reports wall time, tokens per second and how many answers at
+temperature 0 are identical to the first setting's (sampled calls, the reflection retries at a higher
+temperature, are timed only). The settings of issue 15 (`lookup`, `prefix_cache_mb`) no longer exist: the
+batched backend keeps shared prefixes itself; `benchmarks/local_batch.py` measures it against the serial one.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ ROLES = {"task": "qwen2.5-coder-0.5b", "reflection": "qwen2.5-coder-1.5b"}
 
 
 class Recorder:
-    """An LM that passes calls through and keeps them, in the order they finished (llama.cpp runs one at a time)."""
+    """An LM that passes calls through and keeps them, in the order they finished."""
 
     def __init__(self, lm: LocalLM, role: str, calls: list[dict[str, Any]]) -> None:
         self.name, self._lm, self._role, self._calls = lm.name, lm, role, calls
@@ -70,17 +71,13 @@ def record(budget: int, trace: Path, threads: int, task_name: str) -> None:
 
 
 async def _replay(calls: list[dict[str, Any]], role: str, options: dict[str, int], threads: int) -> dict[str, Any]:
-    options = dict(options)
-    reset = options.pop("reset", 0)  # forget the previous call's KV cache: every prompt decoded whole
     lm = LocalLM(ROLES[role], n_threads=threads, **options)
-    llama = lm._load()  # loading is not part of the timing
+    lm._load()  # loading is not part of the timing
     texts, seconds, tokens_out, tokens_in = [], 0.0, 0, 0
     for call in calls:
         params = dict(call["params"])
         if call["response_format"] is not None:
             params["response_format"] = call["response_format"]
-        if reset:
-            llama.reset()
         t0 = time.perf_counter()
         out = await lm.complete(call["messages"], **params)
         seconds += time.perf_counter() - t0
@@ -91,17 +88,20 @@ async def _replay(calls: list[dict[str, Any]], role: str, options: dict[str, int
 
 
 SETTINGS: dict[str, list[tuple[str, dict[str, int]]]] = {
-    "reflection": [("baseline", {}), ("lookup=5", {"lookup": 5}), ("lookup=10", {"lookup": 10})],
-    "task": [("baseline", {}), ("prefix_cache_mb=256", {"prefix_cache_mb": 256}), ("lookup=5", {"lookup": 5}),
-             ("no prefix reuse at all (reset before each call)", {"reset": 1})],
+    "reflection": [("baseline", {})],
+    "task": [("baseline", {}), ("parallel=1", {"parallel": 1})],
 }
 
 
 def batch_cost(threads: int) -> None:
     """Median time of one eval of k tokens after a prompt: what checking a draft of k - 1 tokens costs."""
+    from llama_cpp import Llama
+
+    from gepetto.lm.local import model_path
+
     text = b"Read the customer's message and answer with a JSON object with the keys item and quantity. " * 6
     for model in (ROLES["reflection"], ROLES["task"]):
-        llama = LocalLM(model, n_threads=threads)._load()
+        llama = Llama(model_path=str(model_path(model)), n_ctx=4096, n_threads=threads, verbose=False)
         prompt = llama.tokenize(text)
         llama.reset()
         llama.eval(prompt)

@@ -43,7 +43,7 @@ def _task(name: str) -> Any:
 
 
 async def _score(task: Any, candidate: Candidate, examples: list, lm: Any) -> float:
-    ev = await evaluate_async(candidate, examples, task.metric, program=task.program, task_lm=lm, max_concurrency=4)
+    ev = await evaluate_async(candidate, examples, task.metric, program=task.program, task_lm=lm)
     return ev.mean
 
 
@@ -80,8 +80,7 @@ def optimize(name: str, proposer: str, seed: int, budget: int, storage: Path,
              events: Path | None = None) -> dict[str, Any]:
     task = _task(name)
     cfg = load_config(task=name, task_lm=TASK_LM, reflection_lm=REFLECTION_LM, seed=seed, budget=budget,
-                      max_concurrency=4, proposer=proposer, task_options={"seed": SPLIT_SEED}, fewshot=fewshot,
-                      **(options or {}))
+                      proposer=proposer, task_options={"seed": SPLIT_SEED}, fewshot=fewshot, **(options or {}))
     run = run_name(name, proposer, seed, fewshot, extra.get("run_suffix") or "")
     counts: dict[str, int] = {"reflections": 0, "usable": 0, "demos_tested": 0, "demos_accepted": 0}
 

@@ -7,21 +7,21 @@ directory, check the sha256, and load the result. SmolLM2 ships whole. Nothing i
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import hashlib
 import importlib
 import importlib.util
 import os
+import random
 import re
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gepetto.lm.base import Completion, LMError, LMName, LMSetupError, Message, PerLoop, Usage, json_schema_of
+from gepetto.lm.base import Completion, LMError, LMName, LMSetupError, Message, Usage, json_schema_of
+from gepetto.lm.llama_batch import BatchDecoder, Job, Sampling, make_sampler
 
 
 @dataclass(frozen=True)
@@ -146,102 +146,77 @@ def is_looping(text: str, min_len: int = 20, times: int = 3) -> bool:
     return bool(pieces) and len(pieces[-1]) >= min_len and pieces.count(pieces[-1]) >= times
 
 
-def _fast_llama(llama_class: Any, *, prefix_cache_bytes: int) -> Any:
-    """llama-cpp-python's Llama (pinned 0.3.36) with the two speed options of `LocalLM`.
+DEFAULT_PARALLEL = 8  # sequences decoded together; chosen from the curve in benchmarks/results/local_batch.md
 
-    Prompt lookup: with a draft model, llama-cpp-python asks for the logits of every token it evaluates, prompt
-    included, and copies them into an array sized for one batch: past 512 tokens the copy fails, and below that
-    it spends a vocabulary-sized product per prompt token (151,936 columns for Qwen). Sampling reads the logits
-    from llama.cpp, not from that array. So `eval` asks for every token's logits only in the short batches that
-    check a draft, for the last token of anything longer, and copies nothing.
+# llama.cpp's threads meet at an OpenMP barrier after each step of a decode, and libgomp makes them spin there
+# first: with more busy threads than cores (a shared machine) a decode then runs several times slower than with
+# one thread. Waiting threads sleep instead, unless the user set a policy; read once, when llama_cpp loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-    Prefix cache: llama-cpp-python's own cache (`LlamaRAMCache`) copies the logits array with every state, up to
-    311 MB a call for Qwen. Here a state is the KV cache of sequence 0 only (about 12 kB a token for the 0.5B),
-    kept after each call under its tokens, least recently used first out; a call starts from the stored state
-    sharing the longest prefix with its prompt when that is longer than what the context already holds.
-    """
 
-    class FastLlama(llama_class):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._states: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
-            self._state_bytes = 0  # sum of the stored states' sizes
+def _new_llama(path: Path, *, n_threads: int) -> Any:
+    """The one place a model is loaded: llama-cpp-python's `Llama` (pinned 0.3.36), whose weights, vocabulary,
+    chat template and context parameters the batch decoder uses. Its own context is not used (the decoder makes
+    one with several sequences), so it is made small and freed at once. `n_threads` serves batches too."""
+    from llama_cpp import Llama
 
-        def eval(self, tokens: Sequence[int]) -> None:
-            if self.draft_model is None:
-                return super().eval(tokens)
-            window = 1 + self.draft_model.num_pred_tokens
-            self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
-            for i in range(0, len(tokens), self.n_batch):
-                batch = list(tokens[i : i + self.n_batch])
-                self._batch.set_batch(batch=batch, n_past=self.n_tokens, logits_all=len(tokens) <= window)
-                self._ctx.decode(self._batch)
-                self.input_ids[self.n_tokens : self.n_tokens + len(batch)] = batch
-                self.n_tokens += len(batch)
-                self._requires_eval = False
-            return None
+    llama = Llama(model_path=str(path), n_ctx=64, n_batch=64, n_threads=n_threads, n_threads_batch=n_threads,
+                  verbose=False, seed=0)
+    llama._ctx.close()
+    return llama
 
-        def generate(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
-            if not prefix_cache_bytes:
-                return (yield from super().generate(tokens, *args, **kwargs))
-            tokens = list(tokens)
-            self._restore_longest_prefix(tokens)
-            try:
-                return (yield from super().generate(tokens, *args, **kwargs))
-            finally:
-                self._keep_state()
 
-        def _restore_longest_prefix(self, tokens: list[int]) -> None:
-            def shared(key: Sequence[int]) -> int:
-                return int(self.longest_token_prefix(key, tokens))
+class _Captured(Exception):
+    """Raised by `_PromptOnly.create_completion`: the chat handler's request, instead of an answer."""
 
-            best = max(self._states, key=shared, default=None)
-            if best is None or shared(best) <= shared(self._input_ids.tolist()):
-                return
-            import llama_cpp
+    def __init__(self, request: dict[str, Any]) -> None:
+        super().__init__("captured")
+        self.request = request
 
-            data = self._states.pop(best)
-            self._states[best] = data  # most recently used last
-            self._ctx.kv_cache_seq_rm(-1, 0, -1)
-            buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-            if llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buf, len(data), 0) != len(data):
-                self.reset()  # could not restore: start from an empty context, as without the cache
-                return
-            self.input_ids[: len(best)] = best
-            self.n_tokens = len(best)
-            self._requires_eval = True
 
-        def _keep_state(self) -> None:
-            import llama_cpp
+class _PromptOnly:
+    """Stands in for the `Llama` given to llama-cpp-python's chat handler, which formats the messages with the
+    model's chat template and tokenizes them, then asks `create_completion`: that request (prompt tokens, stop
+    strings, grammar, sampling parameters) is what the batch decoder runs."""
 
-            key = tuple(self._input_ids.tolist())
-            size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, 0)
-            if not key or size > prefix_cache_bytes:
-                return
-            buf = (ctypes.c_uint8 * size)()
-            n = llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buf, size, 0)
-            self._state_bytes -= len(self._states.pop(key, b""))
-            self._states[key] = ctypes.string_at(buf, n)
-            self._state_bytes += n
-            while self._state_bytes > prefix_cache_bytes:
-                self._state_bytes -= len(self._states.popitem(last=False)[1])
+    verbose = False
 
-    return FastLlama
+    def __init__(self, llama: Any) -> None:
+        self._llama = llama
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        return list(self._llama.tokenize(text, add_bos=add_bos, special=special))
+
+    def create_completion(self, **request: Any) -> Any:
+        raise _Captured(request)
+
+
+def chat_request(llama: Any, messages: list[Message], **params: Any) -> dict[str, Any]:
+    """What `llama.create_chat_completion(messages, **params)` would pass to `create_completion`: the prompt as
+    tokens of the model's chat template, the stop strings with the template's, the grammar of a response_format."""
+    from llama_cpp import llama_chat_format
+
+    handler: Any = (llama.chat_handler or llama._chat_handlers.get(llama.chat_format)
+                    or llama_chat_format.get_chat_completion_handler(llama.chat_format))
+    defaults = {"temperature": 0.2, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "typical_p": 1.0, "stop": [],
+                "seed": None, "max_tokens": None, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                "repeat_penalty": 1.0}  # create_chat_completion's own defaults, which it passes to the handler
+    try:
+        handler(llama=_PromptOnly(llama), messages=messages, stream=False, **{**defaults, **params})
+    except _Captured as captured:
+        return captured.request
+    raise LMError(f"chat format {llama.chat_format!r} does not go through create_completion; the embedded backend "
+                  f"cannot batch it")
 
 
 class LocalLM:
-    """llama.cpp in-process. One model instance; calls are serialised (llama.cpp runs one at a time).
+    """llama.cpp in-process: one model in memory; concurrent calls are decoded together in one batch.
 
-    Two speed options, both off by default (measured in `benchmarks/results/local_speed.md`):
-
-    - `lookup=N`: prompt-lookup decoding. Up to N tokens are drafted by copying what followed the last tokens
-      written where they occur in the prompt (a new instruction repeats much of the current one), and the model
-      checks the whole draft in one batch. At temperature 0 the text is the greedy answer, except that llama.cpp's
-      arithmetic differs a little between batch shapes, so a near-tie can go the other way.
-    - `prefix_cache_mb=M`: keep up to M MB of llama.cpp states (KV cache) keyed by their tokens, and start
-      each call from the longest stored prefix of its prompt. llama.cpp already reuses the prefix shared with
-      the call just before; this keeps it across calls whose system prompts alternate (several candidates or
-      several steps of one program).
+    Up to `parallel` calls are in flight at once (more wait their turn), each a sequence in one KV cache of
+    `n_ctx` cells (`gepetto.lm.llama_batch`); a prompt prefix already in the cache (the system prompt shared by a
+    candidate's rollouts) is read once. `parallel=1` decodes one call at a time (a one-core machine).
+    Greedy answers can differ from one batch composition to another at near-ties (llama.cpp's arithmetic depends
+    on the batch shape), as they already did with the prompt cache of the serial backend.
     """
 
     def __init__(
@@ -250,96 +225,101 @@ class LocalLM:
         *,
         n_ctx: int = 4096,
         n_threads: int = 2,
-        lookup: int = 0,
-        prefix_cache_mb: int = 0,
+        parallel: int = DEFAULT_PARALLEL,
         cache_dir: Path | str | None = None,
         model_file: Path | str | None = None,
     ) -> None:
-        if lookup < 0 or prefix_cache_mb < 0:
-            raise ValueError("lookup and prefix_cache_mb must be >= 0")
+        if parallel < 1 or n_ctx < 64:
+            raise ValueError("parallel must be >= 1 and n_ctx >= 64")
         self.name = f"local:{model}"
         self.model = model
         self._path = Path(model_file) if model_file else None
         self._cache_dir = cache_dir
-        self._n_ctx, self._n_threads = n_ctx, n_threads
-        self._lookup, self._prefix_cache_mb = lookup, prefix_cache_mb
+        self._n_ctx, self._n_threads, self.parallel = n_ctx, n_threads, parallel
         self._llama: Any = None
-        self._lock = PerLoop(asyncio.Lock)  # one call at a time within a loop ...
-        self._model_lock = threading.Lock()  # ... and across threads (llama.cpp is not thread-safe)
+        self._decoder: BatchDecoder | None = None
+        self._load_lock = threading.Lock()
+        self._seeds = random.Random(0)  # seeds of sampled calls that bring none (as llama-cpp-python draws them)
 
-    def _load(self) -> Any:
-        if self._llama is None:
-            try:
-                from llama_cpp import Llama
-                from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-            except ImportError as exc:
-                raise LMSetupError('llama-cpp-python is not installed: pip install "gepetto[local]"') from exc
-            from gepetto.lm.cpu import fitting_params
+    def _load(self) -> BatchDecoder:
+        with self._load_lock:
+            if self._decoder is None:
+                if importlib.util.find_spec("llama_cpp") is None:
+                    raise LMSetupError('llama-cpp-python is not installed: pip install "gepetto[local]"')
+                path = self._path or model_path(self.model, self._cache_dir)
+                from gepetto.lm.cpu import fitting_params
 
-            path = self._path or model_path(self.model, self._cache_dir)
-            draft = LlamaPromptLookupDecoding(num_pred_tokens=self._lookup) if self._lookup else None
-            try:
-                fast = draft or self._prefix_cache_mb
-                with fitting_params(path):  # llama.cpp's fast paths only where they run (gepetto.lm.cpu)
-                    llama = (_fast_llama(Llama, prefix_cache_bytes=self._prefix_cache_mb << 20) if fast else Llama)(
-                        model_path=str(path), n_ctx=self._n_ctx, n_threads=self._n_threads, verbose=False, seed=0,
-                        draft_model=draft)
-            except (ValueError, RuntimeError, OSError) as exc:  # no model, so no answer will ever come
-                raise LMSetupError(f"{self.name}: cannot load the model file {path}: {exc}") from exc
-            self._llama = llama
-        return self._llama
+                try:
+                    with fitting_params(path):  # llama.cpp's fast paths only where they run (gepetto.lm.cpu)
+                        self._llama = _new_llama(path, n_threads=self._n_threads)
+                    self._decoder = BatchDecoder(self._llama, parallel=self.parallel, n_ctx=self._n_ctx)
+                except (ValueError, RuntimeError, OSError) as exc:  # no model, so no answer will ever come
+                    raise LMSetupError(f"{self.name}: cannot load the model file {path}: {exc}") from exc
+            return self._decoder
 
-    def _complete_sync(self, messages: list[Message], params: dict[str, Any]) -> Completion:
-        with self._model_lock:
-            return self._generate(messages, params)
-
-    def _generate(self, messages: list[Message], params: dict[str, Any]) -> Completion:
-        llama = self._load()
+    def _job(self, messages: list[Message], params: dict[str, Any]) -> Job:
+        """The decoder's job for one call: prompt, stops, limits and sampler (made in a worker thread)."""
+        decoder = self._load()
         kwargs: dict[str, Any] = {
             "temperature": float(params.get("temperature", 0.0)),
             "max_tokens": int(params.get("max_tokens", 512)),
         }
-        if "seed" in params:
-            kwargs["seed"] = int(params["seed"])
-        for key in ("stop", "repeat_penalty", "top_p", "top_k"):
+        for key in ("stop", "repeat_penalty", "top_p", "top_k", "seed"):
             if params.get(key) is not None:
                 kwargs[key] = params[key]
         if params.get("response_format"):  # a JSON schema: llama.cpp turns it into a grammar
             kwargs["response_format"] = {"type": "json_object", "schema": json_schema_of(params["response_format"])}
-        # stream, so a model caught in a loop (small models at temperature 0 often are) can be stopped early
-        parts: list[str] = []
-        finish = "stop"
-        usage: dict[str, Any] = {}
-        for chunk in llama.create_chat_completion(messages=messages, stream=True, **kwargs):
-            choice = chunk["choices"][0]
-            piece = choice.get("delta", {}).get("content") or ""
-            parts.append(piece)
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            if ("." in piece or "\n" in piece) and is_looping("".join(parts)):
-                finish = "length"  # cut like a length limit: the caller may salvage the text before the loop
-                break
-        text = "".join(parts)
-        n_out = usage.get("completion_tokens") or len(llama.tokenize(text.encode("utf-8"), add_bos=False))
-        n_in = usage.get("prompt_tokens") or self._prompt_tokens(llama, messages)
-        return Completion(text=text, usage=Usage(int(n_in), int(n_out)), finish_reason=finish)
-
-    @staticmethod
-    def _prompt_tokens(llama: Any, messages: list[Message]) -> int:
-        text = "".join(m.get("content", "") for m in messages)
-        return len(llama.tokenize(text.encode("utf-8"), add_bos=True)) + 4 * len(messages)
+        req = chat_request(self._llama, messages, **kwargs)
+        prompt = list(req["prompt"])
+        if len(prompt) >= decoder.n_ctx:
+            raise LMError(f"{self.name}: the prompt has {len(prompt)} tokens; the context holds {decoder.n_ctx} "
+                          f"(n_ctx)")
+        room = decoder.n_ctx - len(prompt)
+        max_tokens = req.get("max_tokens") or 0
+        max_tokens = room if max_tokens <= 0 else min(max_tokens, room)
+        seed = req.get("seed")
+        if seed is None:
+            with self._load_lock:
+                seed = self._seeds.randint(0, 2**32)
+        grammar = req.get("grammar")
+        sampling = Sampling(
+            temperature=float(req["temperature"]), top_k=int(req["top_k"]), top_p=float(req["top_p"]),
+            min_p=float(req["min_p"]), typical_p=float(req["typical_p"]), repeat_penalty=float(req["repeat_penalty"]),
+            frequency_penalty=float(req["frequency_penalty"]), presence_penalty=float(req["presence_penalty"]),
+            seed=int(seed), grammar=grammar._grammar if grammar is not None else None,
+            grammar_root=grammar._root if grammar is not None else "root")
+        stop = req.get("stop") or []
+        stops = [stop] if isinstance(stop, str) else list(stop)
+        return Job(prompt, max_tokens, make_sampler(self._llama._model, sampling),
+                   stops=tuple(s.encode("utf-8") for s in stops if s), watch=is_looping)
 
     async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
         msgs = [dict(m) for m in messages]
-        async with self._lock.get():
-            try:
-                return await asyncio.to_thread(self._complete_sync, msgs, params)
-            except LMError:
-                raise
-            except ValueError as exc:  # e.g. prompt longer than the context window
-                raise LMError(f"{self.name}: {exc}") from exc
+        try:
+            job = await asyncio.to_thread(self._job, msgs, params)
+            future = self._load().submit(job)
+        except LMError:
+            raise
+        except ValueError as exc:  # e.g. a chat template that refuses the messages
+            raise LMError(f"{self.name}: {exc}") from exc
+        try:
+            answer = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()  # its sequence is freed at the next step
+            raise
+        except LMError as exc:
+            raise LMError(f"{self.name}: {exc}") from exc
+        return Completion(text=answer.text, usage=Usage(answer.prompt_tokens, answer.completion_tokens),
+                          finish_reason=answer.finish_reason)
+
+    def close(self) -> None:
+        """Free the model and its KV cache (the LM loads again on its next call)."""
+        with self._load_lock:
+            if self._decoder is not None:
+                self._decoder.close()
+            if self._llama is not None:
+                self._llama.close()
+            self._decoder = self._llama = None
 
 
 def from_name(name: LMName) -> LocalLM:

@@ -79,7 +79,7 @@ def _litellm_check(name: LMName) -> str | None:
 
 
 _REMOTE = {"max_concurrency": int, "rpm": float, "tpm": float, "timeout": float, "max_retries": int}
-_LOCAL = {"n_ctx": int, "n_threads": int, "lookup": int, "prefix_cache_mb": int}
+_LOCAL = {"n_ctx": int, "n_threads": int, "parallel": int}
 register_backend("local", Backend("gepetto.lm.local:from_name", "local:MODEL", _LOCAL, models=_local_models))
 register_backend("openai", Backend("gepetto.lm.openai:from_name", "openai:MODEL, openai:MODEL@BASE_URL (e.g. "
                                    "openai:qwen@http://127.0.0.1:8000/v1)",

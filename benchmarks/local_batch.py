@@ -1,0 +1,369 @@
+"""Batched decoding in the embedded backend against the serial one, on real-track prompts (issue 38).
+
+    python benchmarks/local_batch.py curve --model qwen2.5-coder-0.5b --parallel 1 2 4 8 12 --out F
+    python benchmarks/local_batch.py curve --model qwen2.5-coder-1.5b --workload write --parallel 1 2 4 8 --out F
+    python benchmarks/local_batch.py agree --n 100 --out F
+    python benchmarks/local_batch.py cost --model qwen2.5-coder-0.5b --out F   # llama.cpp's cost of k sequences
+    python benchmarks/local_batch.py threads --out F   # OMP_WAIT_POLICY and n_threads on this machine, now
+
+The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
+customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
+is the same with a different first line in every system prompt (nothing to share: batching alone), `write` asks
+for a short reply to the message (up to 96 tokens out: decoding dominates), `long` is shaped like a reflection call
+(a long shared instruction, a long message of several customer messages, up to 160 tokens out).
+
+`curve` runs the same N calls, in rounds, with every setting in turn, so that the machine's load (2 shared cores)
+falls on all of them alike: `serial` is the backend as it was before batching (llama-cpp-python's
+`create_chat_completion`, one call at a time, as `LocalLM` called it), `P=k` is the batched backend with k calls in
+flight. Tokens per second count the answers' tokens; "identical" counts greedy answers equal to the serial one's.
+
+`agree` scores the seed instruction on N examples with both backends (8 in flight for the batched one): how many
+greedy answers differ, and the mean score of each (the task's own metric).
+
+`cost` times one `llama_decode` of k sequences x 1 token (after a shared 100-token prompt) on a bare llama.cpp
+context, in CPU seconds of the process: what batching can give at best. `threads` times one decode of 1, 8 and 300
+tokens in fresh processes with 1 or 2 threads and libgomp's default wait policy or `OMP_WAIT_POLICY=PASSIVE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gepetto.api import evaluate_async
+from gepetto.lm.base import Completion, Usage
+from gepetto.lm.local import LocalLM, is_looping, model_path
+from gepetto.tasks import load_task
+
+TASK = "clinc-banking"
+
+
+class SerialLM:
+    """The embedded backend before batching: one llama-cpp-python `Llama`, one `create_chat_completion` at a time,
+    streamed so that the loop detector can cut it (as `LocalLM` did without its speed options)."""
+
+    def __init__(self, model: str, n_ctx: int = 4096, n_threads: int = 2) -> None:
+        from llama_cpp import Llama
+
+        self.name = f"serial:{model}"
+        self.llama = Llama(model_path=str(model_path(model)), n_ctx=n_ctx, n_threads=n_threads,
+                           n_threads_batch=n_threads, verbose=False, seed=0)
+        self._lock = threading.Lock()
+
+    def _generate(self, messages: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        kwargs: dict[str, Any] = {"temperature": float(params.get("temperature", 0.0)),
+                                  "max_tokens": int(params.get("max_tokens", 512))}
+        for key in ("stop", "seed", "top_p", "top_k", "repeat_penalty"):
+            if params.get(key) is not None:
+                kwargs[key] = params[key]
+        parts: list[str] = []
+        finish = "stop"
+        with self._lock:
+            for chunk in self.llama.create_chat_completion(messages=messages, stream=True, **kwargs):
+                choice = chunk["choices"][0]
+                piece = choice.get("delta", {}).get("content") or ""
+                parts.append(piece)
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+                if ("." in piece or "\n" in piece) and is_looping("".join(parts)):
+                    finish = "length"
+                    break
+        text = "".join(parts)
+        return Completion(text, Usage(0, len(self.llama.tokenize(text.encode("utf-8"), add_bos=False))), finish)
+
+    async def complete(self, messages: Any, **params: Any) -> Completion:
+        return await asyncio.to_thread(self._generate, [dict(m) for m in messages], params)
+
+
+class Recorder:
+    """A task LM that keeps the messages it is sent and answers nothing useful (to collect real prompts)."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[dict[str, str]], dict[str, Any]]] = []
+
+    async def complete(self, messages: Any, **params: Any) -> Completion:
+        self.calls.append(([dict(m) for m in messages], dict(params)))
+        return Completion("balance")
+
+
+def prompts(workload: str, n: int) -> list[tuple[list[dict[str, str]], dict[str, Any]]]:
+    """N calls of the clinc-banking program with its seed instruction (see the module docstring)."""
+    task = load_task(TASK, seed=0)
+    examples = [*task.trainset, *task.valset, *task.testset][:n]
+    rec = Recorder()
+    asyncio.run(evaluate_async(task.seed_candidate, examples, task.metric, program=task.program, task_lm=rec,
+                               max_concurrency=1))
+    calls = rec.calls
+    if workload == "unshared":
+        calls = [([{**m, "content": f"Ticket {i}: {m['content']}"} if m["role"] == "system" else m for m in msgs],
+                  params) for i, (msgs, params) in enumerate(calls)]
+    elif workload == "write":
+        calls = [([{"role": "system", "content": "You answer customers of a bank. Write a short, polite reply to "
+                                                 "the customer's message, in two or three sentences."},
+                   *[m for m in msgs if m["role"] != "system"]], {**params, "max_tokens": 96})
+                 for msgs, params in calls]
+    elif workload == "long":
+        task = load_task(TASK, seed=0)
+        pool = [str(e.inputs.get("message", e.inputs)) for e in task.trainset]
+        header = ("You improve the instruction of a step of a program that classifies banking customer messages. "
+                  "Read the current instruction, the messages it was run on, what it answered and the feedback. "
+                  "Then write lessons about the intents the step confuses, and a better instruction. " * 4)
+        calls = [([{"role": "system", "content": header},
+                   {"role": "user", "content": "Messages:\n" + "\n".join(pool[(7 * i + k) % len(pool)]
+                                                                            for k in range(12))
+                    + "\nWrite the lessons, then the new instruction."}], {"max_tokens": 160})
+                 for i in range(len(calls))]
+    return calls
+
+
+@dataclass
+class Run:
+    seconds: float
+    texts: list[str]
+    tokens_out: int
+    tokens_in: int
+    cpu: float = 0.0  # CPU seconds of the process (all threads): less bent by the machine's load than wall time
+
+
+async def _run(lm: Any, calls: list[tuple[list[dict[str, str]], dict[str, Any]]], in_flight: int) -> Run:
+    sem = asyncio.Semaphore(in_flight)
+
+    async def one(msgs: list[dict[str, str]], params: dict[str, Any]) -> Completion:
+        async with sem:
+            return await lm.complete(msgs, **{"temperature": 0.0, **params})
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    outs = await asyncio.gather(*(one(m, p) for m, p in calls))
+    return Run(time.perf_counter() - t0, [o.text for o in outs], sum(o.usage.output_tokens for o in outs),
+               sum(o.usage.input_tokens for o in outs), time.process_time() - c0)
+
+
+def _machine() -> str:
+    policy = os.environ.get("OMP_WAIT_POLICY") or "unset (libgomp spins, then sleeps)"
+    return (f"{platform.machine()}, {os.cpu_count()} CPU cores (shared), Python {platform.python_version()}, "
+            f"llama-cpp-python {__import__('llama_cpp').__version__}, OMP_WAIT_POLICY {policy}")
+
+
+def curve(model: str, workload: str, parallel: list[int], n: int, rounds: int, threads: int,
+          out: Path | None) -> None:
+    calls = prompts(workload, n)
+    serial = SerialLM(model, n_threads=threads)
+    batched = LocalLM(model, n_threads=threads, parallel=max(parallel))
+    batched._load()
+    settings: list[tuple[str, Any, int]] = [("serial", serial, 1)] + [(f"P={p}", batched, p) for p in parallel]
+    asyncio.run(_run(serial, calls[:2], 1))  # warm both up (first-call allocations)
+    asyncio.run(_run(batched, calls[:2], 1))
+    results: dict[str, list[Run]] = {label: [] for label, _, _ in settings}
+    loads = [os.getloadavg()[0]]
+    t_start = datetime.now(timezone.utc)
+    for r in range(rounds):
+        for label, lm, p in settings:
+            run = asyncio.run(_run(lm, calls, p))
+            results[label].append(run)
+            loads.append(os.getloadavg()[0])
+            print(f"round {r} {label}: {run.seconds:.1f} s ({run.cpu:.1f} CPU s), {run.tokens_out} tokens out",
+                  flush=True)
+    base = results["serial"]
+    rows = []
+    for label, _, _ in settings:
+        runs = results[label]
+        secs = [x.seconds for x in runs]
+        ratio = [b.seconds / x.seconds for b, x in zip(base, runs, strict=True)]
+        cpu_ratio = sum(b.cpu for b in base) / sum(x.cpu for x in runs)
+        same = sum(a == b for x, y in zip(base, runs, strict=True) for a, b in zip(x.texts, y.texts, strict=True))
+        tok = sum(x.tokens_out for x in runs) / sum(secs)
+        rows.append(f"| {model} | {workload} | {label} | {n} x {rounds} | {statistics.median(secs):.1f} | "
+                    f"{n * rounds / sum(secs):.2f} | {tok:.1f} | {statistics.median(ratio):.2f}x "
+                    f"({min(ratio):.2f}-{max(ratio):.2f}) | {sum(x.cpu for x in runs) / (n * rounds):.2f} | "
+                    f"{cpu_ratio:.2f}x | {same}/{n * rounds} |")
+    table = ("| model | prompts | setting | calls x rounds | median s per round | calls / s | tokens out / s | "
+             "speed-up vs serial, wall (median of rounds, range) | CPU s per call | speed-up vs serial, CPU | "
+             "greedy answers identical to serial |\n"
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows))
+    print(table)
+    if out:
+        with open(out, "a") as f:
+            f.write(f"\n`python benchmarks/local_batch.py curve --model {model} --workload {workload} --parallel "
+                    f"{' '.join(map(str, parallel))} --n {n} --rounds {rounds} --threads {threads}`, "
+                    f"{t_start:%Y-%m-%d %H:%M} UTC, {_machine()}; load average (1 min) during the run "
+                    f"{min(loads):.1f}-{max(loads):.1f}.\n\n{table}\n")
+
+
+def agree(n: int, in_flight: int, threads: int, out: Path | None) -> None:
+    task = load_task(TASK, seed=0)
+    examples = [*task.valset, *task.testset, *task.trainset][:n]
+    serial = SerialLM("qwen2.5-coder-0.5b", n_threads=threads)
+    batched = LocalLM("qwen2.5-coder-0.5b", n_threads=threads, parallel=in_flight)
+    t_start = datetime.now(timezone.utc)
+    evals, seconds = {}, {}
+    for label, lm, k in (("serial", serial, 1), ("batched", batched, in_flight)):
+        t0 = time.perf_counter()
+        evals[label] = asyncio.run(evaluate_async(task.seed_candidate, examples, task.metric, program=task.program,
+                                                  task_lm=lm, max_concurrency=k))
+        seconds[label] = time.perf_counter() - t0
+    a, b = evals["serial"].rollouts, evals["batched"].rollouts
+    differ = [(x, y) for x, y in zip(a, b, strict=True) if [t.output for t in x.trace] != [t.output for t in y.trace]]
+    flips = sum(x.score.value != y.score.value for x, y in differ)
+    lines = [f"\n`python benchmarks/local_batch.py agree --n {n} --parallel {in_flight} --threads {threads}`, "
+             f"{t_start:%Y-%m-%d %H:%M} UTC, {_machine()}, load average (1 min) {os.getloadavg()[0]:.1f} at the end.",
+             "",
+             f"- {TASK}, seed instruction, {n} examples (validation, then test, then training), Qwen2.5-Coder 0.5B, "
+             f"temperature 0.",
+             f"- greedy answers that differ between the serial and the batched backend: {len(differ)}/{n}; of "
+             f"these, {flips} change the example's score.",
+             f"- mean score: serial {evals['serial'].mean:.3f}, batched {evals['batched'].mean:.3f}.",
+             f"- wall time: serial {seconds['serial']:.0f} s, batched ({in_flight} in flight) "
+             f"{seconds['batched']:.0f} s.", ""]
+    lines += [f"  - `{x.trace[0].output!r}` -> `{y.trace[0].output!r}` ({x.score.value:.0f} -> {y.score.value:.0f})"
+              for x, y in differ[:12] if x.trace and y.trace]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        with open(out, "a") as f:
+            f.write(text)
+
+
+def _bare_context(model: str, threads: int, n_seq: int) -> tuple[Any, Any, Any, list[int]]:
+    """A llama.cpp context of `n_seq` sequences on the model (as the batched backend makes it), a batch and tokens."""
+    import llama_cpp
+    from llama_cpp._internals import LlamaContext
+
+    from gepetto.lm.local import _new_llama
+
+    llama = _new_llama(model_path(model), n_threads=threads)
+    params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max, params.kv_unified = 4096, 512, 512, n_seq, True
+    ctx = LlamaContext(model=llama._model, params=params, verbose=False)
+    text = b"Read the customer's message and answer with a JSON object with the keys item and quantity. " * 40
+    return llama, ctx, llama_cpp.llama_batch_init(512, 0, 1), llama.tokenize(text)[:400]
+
+
+def _decode_cpu(ctx: Any, batch: Any, entries: list[tuple[int, int, int, int]]) -> tuple[float, float]:
+    """One llama_decode of (token, position, sequence, logits?) entries: (CPU seconds, wall seconds)."""
+    import llama_cpp
+
+    for i, (tok, pos, sid, out) in enumerate(entries):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, pos, 1, out
+        batch.seq_id[i][0] = sid
+    batch.n_tokens = len(entries)
+    c0, t0 = time.process_time(), time.perf_counter()
+    if llama_cpp.llama_decode(ctx.ctx, batch) != 0:
+        raise RuntimeError("llama_decode failed")
+    llama_cpp.llama_synchronize(ctx.ctx)
+    return time.process_time() - c0, time.perf_counter() - t0
+
+
+def cost(model: str, threads: int, out: Path | None) -> None:
+    import llama_cpp
+
+    ks = (1, 2, 4, 8, 16, 32)
+    llama, ctx, batch, toks = _bare_context(model, threads, max(ks))  # (llama holds the weights)
+    mem = llama_cpp.llama_get_memory(ctx.ctx)
+    _decode_cpu(ctx, batch, [(t, i, 0, 0) for i, t in enumerate(toks[:100])])
+    for s in range(1, max(ks)):
+        llama_cpp.llama_memory_seq_cp(mem, 0, s, 0, 100)
+    loads, cpu, wall = [os.getloadavg()[0]], {}, {}
+    for k in ks:
+        runs = []
+        for _ in range(7):
+            for s in range(k):
+                llama_cpp.llama_memory_seq_rm(mem, s, 100, -1)
+            runs.append(_decode_cpu(ctx, batch, [(toks[100 + s], 100, s, 1) for s in range(k)]))
+        cpu[k] = statistics.median(c for c, _ in runs)
+        wall[k] = statistics.median(w for _, w in runs)
+        loads.append(os.getloadavg()[0])
+    del llama
+    line = (f"| {model} | " + " | ".join(f"{1000 * cpu[k]:.0f} ms ({k / cpu[k] / (1 / cpu[1]):.1f}x)" for k in ks)
+            + " | " + " | ".join(f"{1000 * wall[k]:.0f} ms" for k in ks) + " |")
+    head = ("| model | " + " | ".join(f"{k} seq CPU" for k in ks) + " | " + " | ".join(f"{k} seq wall" for k in ks)
+            + " |\n|---|" + "---:|" * (2 * len(ks)))
+    text = (f"\n`python benchmarks/local_batch.py cost --model {model} --threads {threads}`, "
+            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_machine()}, load average (1 min) "
+            f"{min(loads):.1f}-{max(loads):.1f}; median of 7; in brackets, tokens per CPU second against 1 "
+            f"sequence.\n\n{head}\n{line}\n")
+    print(text)
+    if out:
+        with open(out, "a") as f:
+            f.write(text)
+
+
+def _threads_child(model: str, threads: int) -> None:
+    """(In a fresh process, so that OMP_WAIT_POLICY applies.) Median wall and CPU of decodes of 300, 8, 1 tokens."""
+    import llama_cpp
+
+    llama, ctx, batch, toks = _bare_context(model, threads, 1)  # (llama holds the weights)
+    mem = llama_cpp.llama_get_memory(ctx.ctx)
+    res = []
+    for n in (300, 8, 1):
+        runs = []
+        for _ in range(3):
+            llama_cpp.llama_memory_clear(mem, True)
+            runs.append(_decode_cpu(ctx, batch, [(t, i, 0, int(i == n - 1)) for i, t in enumerate(toks[:n])]))
+        res.append(f"{1000 * statistics.median(w for _, w in runs):.0f} ms")
+    del llama
+    print(" | ".join(res))
+
+
+def threads(model: str, rounds: int, out: Path | None) -> None:
+    import subprocess
+
+    rows, loads = [], [os.getloadavg()[0]]
+    settings = [("unset (libgomp spins, then sleeps)", 2), ("PASSIVE", 2), ("unset (libgomp spins, then sleeps)", 1),
+                ("PASSIVE", 1)]
+    for r in range(rounds):
+        for policy, n in settings:
+            env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+            env["OMP_WAIT_POLICY"] = "PASSIVE" if policy == "PASSIVE" else ""
+            got = subprocess.run([sys.executable, __file__, "_threads", "--model", model, "--threads", str(n)],
+                                 env=env, capture_output=True, text=True, check=True).stdout.strip()
+            loads.append(os.getloadavg()[0])
+            rows.append(f"| {r} | {policy} | {n} | {got} | {loads[-1]:.1f} |")
+            print(rows[-1], flush=True)
+    text = (f"\n`python benchmarks/local_batch.py threads --model {model} --rounds {rounds}`, "
+            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_machine()} (this process; each row's own is in "
+            f"its column), load average (1 min) {min(loads):.1f}-{max(loads):.1f}; wall time of one llama_decode, "
+            f"median of 3, each row a fresh process.\n\n| round | OMP_WAIT_POLICY | threads | 300 tokens | 8 tokens | "
+            f"1 token | load |\n|---:|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
+    print(text)
+    if out:
+        with open(out, "a") as f:
+            f.write(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads"])
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--workload", default="clinc", choices=["clinc", "unshared", "write", "long"])
+    ap.add_argument("--parallel", nargs="+", type=int, default=[1, 2, 4, 8, 12])
+    ap.add_argument("--n", type=int, default=24, help="calls per round (curve) or examples (agree)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
+    args = ap.parse_args(argv)
+    if args.mode == "curve":
+        curve(args.model, args.workload, args.parallel, args.n, args.rounds, args.threads, args.out)
+    elif args.mode == "cost":
+        cost(args.model, args.threads, args.out)
+    elif args.mode == "threads":
+        threads(args.model, args.rounds, args.out)
+    elif args.mode == "_threads":
+        _threads_child(args.model, args.threads)
+    else:
+        agree(args.n, args.parallel[0] if len(args.parallel) == 1 else 8, args.threads, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
