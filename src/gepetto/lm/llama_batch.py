@@ -432,6 +432,7 @@ class BatchDecoder:
         job = seq.job
         if job is None:
             return
+        answer = None
         if error is None and not job.future.cancelled():
             answer = Answer(seq.text.decode("utf-8", errors="ignore"), len(job.prompt), len(seq.out), finish,
                             seq.reused)
@@ -440,11 +441,9 @@ class BatchDecoder:
             self.stats.reused_tokens += seq.reused
             self._recent.append(tuple(job.prompt))
             self._keep(seq, job.prompt)
-            _settle(job, answer)
-        else:
-            _settle(job, error=error)
         seq.job = None
-        self._release(seq)
+        self._release(seq)  # before the caller hears: its sequence is free when its answer arrives
+        _settle(job, answer, error)
 
 
 def _settle(job: Job, answer: Answer | None = None, error: Exception | None = None) -> bool:
