@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import statistics
@@ -210,19 +211,22 @@ def stored_prompts() -> list[dict[str, Any]]:
 
 def locked(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
     """The first look at the locked split: the baselines, then every stored run's best candidate of this task in
-    the log (and the rows of `extra` candidates: the recipe's and the earlier default's stored best prompts)."""
+    the log (and the rows of `extra` candidates: the recipe's and the earlier default's stored best prompts). A
+    candidate already scored there is not scored again, so every locked row written is a first look."""
     task = task_of(name, "locked")
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
-    looked = any(r["kind"] == "locked" and r["task"] == name for r in rows)
-    out = [{**baselines(name, storage, "locked"), "kind": "locked-baselines", "first_look": not looked}]
-    seen: set[str] = set()
+    looked = {r.get("key") for r in rows if r["kind"] == "locked" and r["task"] == name}
+    out = []
+    if not any(r["kind"] == "locked-baselines" and r["task"] == name for r in rows):
+        out.append({**baselines(name, storage, "locked"), "kind": "locked-baselines", "first_look": True})
     for r in rows:
-        if r["kind"] in ("run", "gepa", "candidate") and r["task"] == name and json.dumps(r["best"]) not in seen:
-            seen.add(json.dumps(r["best"]))
+        key = hashlib.sha256(json.dumps(r.get("best"), sort_keys=True).encode()).hexdigest()[:16]
+        if r["kind"] in ("run", "gepa", "candidate") and r["task"] == name and key not in looked:
+            looked.add(key)
             score = asyncio.run(_score(task, Candidate(r["best"]), task.testset, storage))
             out.append({"kind": "locked", "task": name, "of": r.get("run") or r.get("label"), "metric": r.get("metric"),
                         "system": r["kind"], "label": r.get("label"), "seed": r.get("seed"), "locked_test": score,
-                        "first_look": not looked})
+                        "key": key, "first_look": True})
     return out
 
 
