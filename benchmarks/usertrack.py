@@ -220,7 +220,7 @@ def locked(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
     if not any(r["kind"] == "locked-baselines" and r["task"] == name for r in rows):
         out.append({**baselines(name, storage, "locked"), "kind": "locked-baselines", "first_look": True})
     for r in rows:
-        key = hashlib.sha256(json.dumps(r.get("best"), sort_keys=True).encode()).hexdigest()[:16]
+        key = _key(r.get("best"))
         if r["kind"] in ("run", "gepa", "candidate") and r["task"] == name and key not in looked:
             looked.add(key)
             score = asyncio.run(_score(task, Candidate(r["best"]), task.testset, storage))
@@ -228,6 +228,11 @@ def locked(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
                         "system": r["kind"], "label": r.get("label"), "seed": r.get("seed"), "locked_test": score,
                         "key": key, "first_look": True})
     return out
+
+
+def _key(best: Any) -> str:
+    """A candidate's identity in the log: the same prompt scored once on the locked split, whoever found it."""
+    return hashlib.sha256(json.dumps(best, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _mean(xs: list[float]) -> str:
@@ -249,7 +254,7 @@ def table(log: Path) -> str:
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     dev = {r["task"]: r for r in rows if r["kind"] == "baselines"}
     lock = {r["task"]: r for r in rows if r["kind"] == "locked-baselines"}
-    locked_of = {(r["task"], r["of"]): r for r in rows if r["kind"] == "locked"}
+    locked_of = {(r["task"], r["key"]): r["locked_test"] for r in rows if r["kind"] == "locked"}
     systems: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in rows:
         if r["kind"] == "run":
@@ -283,15 +288,18 @@ def table(log: Path) -> str:
             out.append(f"| {name} | {'-' if dv is None else f'{dv:.3f}'} | | {'-' if lv is None else f'{lv:.3f}'} | |")
         for what, rs in sorted(systems.get(task, {}).items()):
             devs = [r["dev_test"] for r in rs if "dev_test" in r]
-            locks = [locked_of[(task, r.get("run") or r.get("label"))]["locked_test"] for r in rs
-                     if (task, r.get("run") or r.get("label")) in locked_of]
+            locks = [locked_of[(task, _key(r["best"]))] for r in rs if (task, _key(r["best"])) in locked_of]
             out.append(f"| {what} | {_mean(devs)} | {_closed(devs, d.get('seed'), d.get('expert'))} | "
                        f"{_mean(locks)} | {_closed(locks, lk.get('seed'), lk.get('expert'))} |")
         for what, rs in sorted(systems.get(task, {}).items()):
             if rs[0]["kind"] in ("run", "gepa"):
                 per = "; ".join(
-                    f"s{r['seed']}: val {r['seed_val']:.3f} -> {r['best_val']:.3f}, {r['rollouts']} rollouts, "
-                    f"{r['seconds']} s" + (f", {_outcomes(r['proposals'])}" if r.get("proposals") else "")
+                    f"s{r['seed']}: val {r['seed_val']:.3f} -> {r['best_val']:.3f}"
+                    + (f", dev test {r['dev_test']:.3f}" if "dev_test" in r else "")
+                    + (f", locked {locked_of[(task, _key(r['best']))]:.3f}" if (task, _key(r["best"])) in locked_of
+                       else "")
+                    + f", {r['rollouts']} rollouts, {r['seconds']} s, commit {r['commit']}"
+                    + (f", {_outcomes(r['proposals'])}" if r.get("proposals") else "")
                     for r in sorted(rs, key=lambda r: r["seed"]))
                 out.append(f"\n- {what}: {per}" + (f"; {rs[0]['route']}" if rs[0].get("route") else ""))
     return "\n".join(out)
