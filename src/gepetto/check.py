@@ -21,7 +21,7 @@ from gepetto.config import PYTHON, ConfigError, RunConfig
 from gepetto.engine.state import BudgetPlan
 from gepetto.ledger import Ledger, RoleUsage
 from gepetto.lm.base import LM, LMError, LMSetupError, MeteredLM, RedactingLM, aclose_lm
-from gepetto.program import Context, Task, TraceEntry
+from gepetto.program import Context, Task, TraceEntry, cause_of, is_async
 from gepetto.types import Example, Score
 from gepetto.usertask import UserCodeError
 
@@ -140,22 +140,6 @@ class SeedRun:
     warnings: list[str] = field(default_factory=list)
 
 
-def _is_async(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
-
-
-def _lm_error(exc: BaseException) -> LMError | None:
-    """The LMError in an exception's chain of causes: the LM failed, not the user's code."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, LMError):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return None
-
-
 def _where(fn: Any) -> str:
     """Where a function of the user's is defined (`file.py:12`), for messages about what it returned."""
     try:
@@ -169,14 +153,14 @@ async def _run_seed(task: Task, lm: LM, example: Example, params: dict[str, Any]
                     ) -> tuple[Any, Score, list[TraceEntry]]:
     ctx = Context(task.seed_candidate, lm, dict(params), _loop=asyncio.get_running_loop())
     try:
-        if _is_async(task.program):
+        if is_async(task.program):
             output = await task.program(task.seed_candidate, example, ctx)
         else:
             output = await asyncio.to_thread(task.program, task.seed_candidate, example, ctx)
             if inspect.isawaitable(output):
                 output = await output
     except Exception as exc:
-        failed = _lm_error(exc)
+        failed = cause_of(exc, LMError)
         if failed is not None:
             raise failed from exc
         raise UserCodeError(f"the program raised {type(exc).__name__}: {exc} (seed candidate, example "
@@ -186,7 +170,7 @@ async def _run_seed(task: Task, lm: LM, example: Example, params: dict[str, Any]
         if inspect.isawaitable(result):
             result = await result
     except Exception as exc:
-        failed = _lm_error(exc)  # e.g. a judge LM
+        failed = cause_of(exc, LMError)  # e.g. a judge LM
         if failed is not None:
             raise failed from exc
         raise UserCodeError(f"the metric raised {type(exc).__name__}: {exc} (on example {example.id!r})", exc,

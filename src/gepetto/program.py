@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from gepetto.lm.base import LM, Completion, LMError, LMUnavailable, Message
 from gepetto.types import Candidate, Example, Score, ScoreRangeError, valid_text
@@ -251,7 +251,7 @@ async def run_rollout(
     async def judged() -> Rollout:
         nonlocal stage
         example = _own_copy(given)
-        if _is_async(program):
+        if is_async(program):
             output = await program(candidate, example, ctx)
         else:
             # sync programs run in a worker thread so their ctx.lm calls can wait on the event loop; under a
@@ -273,7 +273,7 @@ async def run_rollout(
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a failed rollout, not a failed run
-        unavailable = _unavailable(exc)
+        unavailable = cause_of(exc, LMUnavailable)
         if unavailable is not None:
             raise unavailable from None
         if timeout is not None and isinstance(exc, asyncio.TimeoutError) and time.monotonic() - started >= timeout:
@@ -323,18 +323,22 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future:
     return future
 
 
-def _unavailable(exc: BaseException | None) -> LMUnavailable | None:
-    """The LMUnavailable in an exception's chain of causes, if any."""
+_E = TypeVar("_E", bound=BaseException)
+
+
+def cause_of(exc: BaseException | None, kind: type[_E]) -> _E | None:
+    """The first exception of type `kind` in `exc`'s chain of causes (itself included), if any."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, LMUnavailable):
+        if isinstance(exc, kind):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
 
 
-def _is_async(fn: Any) -> bool:
+def is_async(fn: Any) -> bool:
+    """Whether calling `fn` (a function or a callable object) gives a coroutine."""
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from rich.text import Text
 
 from gepetto.report.assets import CSS
+from gepetto.report.html import _num
 from gepetto.secrets import redact_data
 
 # one colour per run, in the terminal (Rich names) and in the page; a glyph too, for terminals without colour
@@ -21,16 +22,6 @@ PALETTE = [("#2563eb", "blue"), ("#d9480f", "dark_orange3"), ("#2f9e44", "green"
            ("#0c8599", "cyan"), ("#e67700", "yellow"), ("#c2255c", "red"), ("#5c7cfa", "bright_blue")]
 GLYPHS = "●■▲◆○□△◇"
 _IGNORED_OPTIONS = {"stop_file", "tracking"}  # one session's, never a difference between runs
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _test(snapshot: Mapping[str, Any]) -> tuple[float | None, float | None, int | None]:
