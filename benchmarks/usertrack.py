@@ -42,6 +42,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from realtrack import _option  # (--set KEY=VALUE, as realtrack.py reads it)
+
 import gepetto
 from gepetto import events as ev
 from gepetto.api import evaluate_async
@@ -314,16 +316,6 @@ def table(log: Path) -> str:
 
 def _outcomes(proposals: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(proposals.items(), key=lambda kv: -kv[1]))
-
-
-def _option(item: str) -> tuple[str, Any]:
-    key, sep, value = item.partition("=")
-    if not sep or not key:
-        raise SystemExit(f"--set wants KEY=VALUE, got {item!r}")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 def main() -> None:
