@@ -166,8 +166,8 @@ def gepa(name: str, metric: str, seed: int, budget: int, storage: Path) -> dict[
     """The reference `gepa` (0.1.4) on the same task, LMs, splits, budget and user metric (benchmarks/compare)."""
     import dataclasses
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from compare.gepa_side import run_gepa
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: benchmarks.compare imports so
+    from benchmarks.compare.gepa_side import run_gepa
 
     task = task_of(name, "dev")
     as_user = dataclasses.replace(task, metric=user_metric(task, metric))
