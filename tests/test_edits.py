@@ -336,6 +336,8 @@ KITCHEN = ("Classify the customer's message into one of these kitchen and dining
            "calories, confirm_reservation, cook_time, food_last, ingredient_substitution, meal_suggestion, recipe, "
            "restaurant_reservation, restaurant_suggestion. Reply with only the intent name.\n"
            "- If the input asks for a reservation or confirms a reservation, answer confirm_reservation.")
+BANKING = ("Classify the customer's message into one of these banking intents: account_blocked, balance, "
+           "bill_balance, freeze_account, pay_bill. Reply with only the intent name.")
 CREDIT = ("Classify the customer's message into one of these credit cards intents: apr, credit_limit, "
           "credit_limit_change. If the message matches none of them, answer out_of_scope. Reply with only the intent "
           "name.")
@@ -367,6 +369,10 @@ CREDIT = ("Classify the customer's message into one of these credit cards intent
          "answered credit_limit, expected expiration_date", CREDIT, ""),
         ("If a customer asks about what to cook for dinner, answer meal_suggestion.",
          "answered cook_time, expected meal_suggestion", KITCHEN, ""),  # one short word ("cook") is not enough
+        ("If the customer asks how much money is left in their balance, answer freeze_account.",
+         "answered balance, expected freeze_account", BANKING, "balance"),  # a one-word answer is a word too
+        ("If the customer wants to freeze their account, not check their balance, answer freeze_account.",
+         "answered balance, expected freeze_account", BANKING, ""),
     ],
 )
 def test_a_rule_worded_for_another_answer_is_refused(rule, pattern, current, other):

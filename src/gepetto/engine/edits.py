@@ -280,11 +280,16 @@ def describes_another(rule: str, answer: str, others: Iterable[str], current: st
     spaced = r"[_\s]+".join(map(re.escape, re.split(r"[_\s]+", answer)))
     condition = re.sub(r"\banswer(?:\s+with)?\s+[\"'`]?" + spaced + r"(?![\w])", " ", _NEGATED.sub(" ", rule),
                        flags=re.I)
-    for name in {answer, *others} - {""}:  # answers named as such are no description
+    # answers named as such are no description; a one-word answer ("balance") is also a word of the condition
+    for name in {n for n in {answer, *others} if re.search(r"[_\s]", n)}:
         condition = re.sub(r"(?<![\w])" + re.escape(name) + r"(?![\w])", " ", condition, flags=re.I)
     words = set(re.findall(r"[a-z0-9]+", condition.lower()))
     lines = [line for line in current.lower().split("\n") if not line.startswith("- ")]  # not the rules
-    prose = set(re.findall(r"[a-z0-9]+", re.sub(r"\b\w+_\w+\b", " ", "\n".join(lines))))
+    # the prose without answer names: snake_case ones, and the one-word answers at hand ("balance" in a label list)
+    text = re.sub(r"\b\w+_\w+\b", " ", "\n".join(lines))
+    for name in {answer, *others} - {""}:
+        text = re.sub(r"(?<![\w])" + re.escape(name.lower()) + r"(?![\w])", " ", text)
+    prose = set(re.findall(r"[a-z0-9]+", text))
     own = {w for w in _label_words(answer) if not _mentions(prose, w)}
     for other in sorted(set(others) - {answer, ""}):
         theirs = {w for w in _label_words(other) if not _mentions(prose, w)}
