@@ -19,6 +19,7 @@ them, so `run` does not score their dev test either.
 Usage:
   python benchmarks/usertrack.py baselines --tasks clinc-banking ...          # trivial / seed / expert, dev test
   python benchmarks/usertrack.py run --tasks clinc-banking --metric plain --seeds 0 1 2 [--budget 300]
+  python benchmarks/usertrack.py reselect --tasks ...   # stored runs of another evidence level: today's best
   python benchmarks/usertrack.py locked --tasks ... [--label L]                # first look at the locked split
   python benchmarks/usertrack.py table
 
@@ -47,6 +48,7 @@ from realtrack import _option  # (--set KEY=VALUE, as realtrack.py reads it)
 import gepetto
 from gepetto import events as ev
 from gepetto.api import evaluate_async
+from gepetto.engine.pareto import EVIDENCE_LEVEL, best_index, evidence
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm
 from gepetto.tasks import load_task
@@ -155,11 +157,36 @@ def run(name: str, metric: str, seed: int, budget: int, storage: Path, options: 
         "candidates": len(result.candidates), "proposals": {str(k): v for k, v in result.proposals.items()},
         "reflections": counts["reflections"], "usable": counts["usable"], "route": counts["route"],
         "seconds": round(seconds), "stop_message": result.stop_message, "best": dict(result.best_candidate),
-        "run": run_name(name, metric, seed, label),
+        "run": run_name(name, metric, seed, label), "evidence_level": EVIDENCE_LEVEL,
     }
     if name not in LOCKED_ONLY:
         row["dev_test"] = asyncio.run(_score(task, result.best_candidate, task.testset, storage))
     return row
+
+
+def reselect(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
+    """Each stored run of this task logged at another evidence level, with the best the current rule returns.
+    The level decides only which candidate is returned (no default stop condition reads the best), so a run that
+    ended on its budget searched exactly as it would now: its candidates are the same, its best is re-chosen."""
+    from gepetto.store.sqlite import RunStore
+
+    store, out = RunStore(storage), []
+    latest = {r["run"]: r for r in read_log(log) if r["kind"] == "run" and r["task"] == name}
+    for r in latest.values():
+        if r.get("evidence_level", 0.2) == EVIDENCE_LEVEL or not str(r.get("stop_message")).startswith("budget"):
+            continue
+        cands = store.candidates(r["run"])
+        i = best_index([c["mean"] for c in cands], evidence([c["val_scores"] for c in cands]))
+        assert i is not None
+        row = {k: v for k, v in r.items() if k not in ("command", "date", "commit", "machine")}
+        row.update(best=cands[i]["texts"], best_val=cands[i]["mean"], evidence_level=EVIDENCE_LEVEL,
+                   reselected={"commit": r.get("commit"), "evidence_level": r.get("evidence_level", 0.2),
+                               "best_val": r["best_val"], "same": cands[i]["texts"] == r["best"]})
+        if name not in LOCKED_ONLY and cands[i]["texts"] != r["best"]:
+            row["dev_test"] = asyncio.run(_score(task_of(name, "dev"), Candidate(cands[i]["texts"]),
+                                                 task_of(name, "dev").testset, storage))
+        out.append(row)
+    return out
 
 
 def gepa(name: str, metric: str, seed: int, budget: int, storage: Path) -> dict[str, Any]:
@@ -267,7 +294,9 @@ def table(log: Path) -> str:
     systems: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in rows:
         if r["kind"] == "run":
-            what = f"gepetto default, {r['metric']} metric" + (f" ({r['label']})" if r.get("label") else "")
+            what = f"gepetto default, {r['metric']} metric" + (f" ({r['label']})" if r.get("label") else "") + (
+                f" (evidence level {r.get('evidence_level', 0.2)})" if r.get("evidence_level") != EVIDENCE_LEVEL
+                else "")
         elif r["kind"] == "gepa":
             what = f"gepa 0.1.4, {r['metric']} metric"
         elif r["kind"] == "candidate":
@@ -320,7 +349,7 @@ def _outcomes(proposals: dict[str, int]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["baselines", "run", "gepa", "stored", "locked", "table"])
+    ap.add_argument("what", choices=["baselines", "run", "reselect", "gepa", "stored", "locked", "table"])
     ap.add_argument("--tasks", nargs="+", default=TASKS)
     ap.add_argument("--metric", default="plain", choices=["plain", "float", "builtin"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
@@ -349,8 +378,8 @@ def main() -> None:
             write(row)
         return
     for name in args.tasks:
-        if args.what == "locked":
-            for row in locked(name, storage, log):
+        if args.what in ("locked", "reselect"):
+            for row in (locked if args.what == "locked" else reselect)(name, storage, log):
                 write(row)
         elif args.what == "baselines":
             if name in LOCKED_ONLY:
