@@ -131,3 +131,17 @@ def test_on_a_handful_of_validation_examples_the_highest_mean_is_the_best():
     seed, better = np.zeros(EVIDENCE_MIN - 1), np.zeros(EVIDENCE_MIN - 1)
     better[0] = 1.0  # one example won: no sign test could show evidence on so few, so none is asked for
     assert beats(better, seed) and build(np.array([seed, better])).best() == 1
+
+
+def test_a_finished_runs_best_is_the_one_it_returned_whatever_the_rule_is_today():
+    from gepetto.engine.pareto import stored_best
+
+    ids = [f"v{i}" for i in range(30)]
+    seed = {i: float(k < 12) for k, i in enumerate(ids)}
+    one_ahead = {**seed, "v12": 1.0}  # one example won: no evidence today
+    cands = [{"texts": {"p": t}, "mean": sum(v.values()) / 30, "val_scores": v}
+             for t, v in (("seed", seed), ("child", one_ahead))]
+    assert stored_best(cands) == 0  # the rule's choice
+    # a run that returned the child (an earlier rule let it through) keeps it in every stored view
+    assert stored_best(cands, {"best_candidate": {"p": "child"}}) == 1
+    assert stored_best(cands, {"best_candidate": {"p": "gone"}}) == 0  # no stored candidate has those texts

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gepetto.config import PYTHON, ConfigError, RunConfig, stored_options
-from gepetto.engine.pareto import best_index, evidence
+from gepetto.engine.pareto import stored_best
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, MeteredLM, RedactingLM, aclose_lm
 from gepetto.program import Metric, Program, Rollout, Task, run_rollout
@@ -80,10 +80,11 @@ class RunEvaluation:
         }
 
 
-def _labels(stored: list[dict[str, Any]], wanted: Sequence[int | str] | None) -> dict[int, str]:
+def _labels(stored: list[dict[str, Any]], wanted: Sequence[int | str] | None,
+            result: Mapping[str, Any] | None = None) -> dict[int, str]:
     """Candidate index -> label ("best", "seed" or "#3") for the candidates to score: by default the seed and the
-    best (one candidate, labelled best, when the seed is the best)."""
-    best = best_index([c["mean"] for c in stored], evidence([c["val_scores"] for c in stored]))
+    best (the one the run returned, `stored_best`; one candidate, labelled best, when the seed is the best)."""
+    best = stored_best(stored, result)
     best = stored[best]["index"] if best is not None else None
     labels: dict[int, str] = {}
     for item in wanted if wanted is not None else ["seed", "best"]:
@@ -193,7 +194,7 @@ def evaluate_stored_run(
             task = Task(run, program or _default_program(stored), metric, Candidate(stored[0]["texts"]), [], [])
         loaded = _task_of(cfg, run, task)
         data = list(examples) if examples is not None else _split_examples(loaded, split)
-        labels = _labels(stored, candidates)
+        labels = _labels(stored, candidates, info.result)
         chosen = {i: Candidate(stored[i]["texts"]) for i in labels}
         lm, lm_name = _task_lm(cfg, storage, task_lm)
         ledger = Ledger(prices=dict(cfg.prices))

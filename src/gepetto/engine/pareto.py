@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,17 @@ def best_index(means: Sequence[float | None] | np.ndarray, evident: Sequence[boo
         if m is not None and m > top and (evident is None or evident[i]):
             best, top = i, m
     return best
+
+
+def stored_best(cands: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | None = None) -> int | None:
+    """Position in `cands` of the run's best: the candidate a finished run returned (`result`, as the engine then
+    chose it, whatever the evidence rule is today), else the rule's choice among the stored candidates."""
+    returned = (result or {}).get("best_candidate")
+    if returned:
+        same = [i for i, c in enumerate(cands) if c.get("texts") == returned]
+        if same:
+            return max(same, key=lambda i: (cands[i].get("mean") or 0.0, -i))
+    return best_index([c.get("mean") for c in cands], evidence([c.get("val_scores") or None for c in cands]))
 
 
 def dominates(a: np.ndarray, b: np.ndarray) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gepetto.engine.pareto import best_index, evidence
+from gepetto.engine.pareto import stored_best
 from gepetto.events import Outcome, StopReason
 from gepetto.report.assets import CSS, JS
 from gepetto.secrets import redact_data, write_private_text
@@ -196,7 +196,7 @@ class _View:
                 c["mean"] = sum(vals) / len(vals)
         self.front = [int(i) for i in (self.result.get("pareto_front") or []) if _num(i) is not None]
         self.front_set = set(self.front)
-        best = best_index([c["mean"] for c in cands], evidence([c.get("val_scores") or None for c in cands]))
+        best = stored_best(cands, self.result)
         self.best_index: int | None = None if best is None else cands[best]["index"]
         comps: list[str] = []
         for texts in [c.get("texts") or {} for c in cands] + [self.result.get("best_candidate") or {}]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from gepetto.engine.pareto import ParetoArchive, best_index, evidence
+from gepetto.engine.pareto import ParetoArchive, stored_best
 from gepetto.events import StopReason
 from gepetto.store.sqlite import RunStore
 
@@ -150,8 +151,8 @@ def _with_stop(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "stop_reason": reason.value if reason else None, "stop_message": message}
 
 
-def _best(cands: list[dict]) -> dict | None:
-    i = best_index([c["mean"] for c in cands], evidence([c["val_scores"] for c in cands]))
+def _best(cands: list[dict], result: Mapping[str, Any] | None = None) -> dict | None:
+    i = stored_best(cands, result)
     return None if i is None else cands[i]
 
 
@@ -188,7 +189,7 @@ def _raced_out(store: RunStore, name: str) -> list[dict[str, Any]]:
 def _samples(store: RunStore, name: str, result: dict[str, Any], n: int) -> list[dict[str, Any]]:
     """Validation examples where the best candidate and the seed differ most, with both outputs."""
     cands = result["candidates"]
-    seed, best = cands[0], _best(cands) or cands[0]
+    seed, best = cands[0], _best(cands, result) or cands[0]
     rollouts = store.rollouts(name)
     examples = store.examples(name, "val")
     order = sorted(seed["val_scores"], key=lambda i: (-abs(best["val_scores"][i] - seed["val_scores"][i]), i))
