@@ -5,6 +5,7 @@
     python benchmarks/local_batch.py agree --n 100 --out F
     python benchmarks/local_batch.py cost --model qwen2.5-coder-0.5b --out F   # llama.cpp's cost of k sequences
     python benchmarks/local_batch.py threads --out F   # OMP_WAIT_POLICY and n_threads on this machine, now
+    python benchmarks/local_batch.py whole --task clinc-banking --seeds 0 1 2 --budget 300 --out F
 
 The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
 customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
@@ -19,6 +20,11 @@ flight. Tokens per second count the answers' tokens; "identical" counts greedy a
 
 `agree` scores the seed instruction on N examples with both backends (8 in flight for the batched one): how many
 greedy answers differ, and the mean score of each (the task's own metric).
+
+`whole` runs the default configuration (gepetto.optimize with the task's plain user metric, as
+`benchmarks/usertrack.py run`) once per seed with the serial backend for both models and once with the batched
+one, in turn, each in a fresh store (no answer cached from another run): wall time, rollouts, validation and the
+best's dev-test score (scored with the batched backend, 8 in flight, for both).
 
 `cost` times one `llama_decode` of k sequences x 1 token (after a shared 100-token prompt) on a bare llama.cpp
 context, in CPU seconds of the process: what batching can give at best. `threads` times one decode of 1, 8 and 300
@@ -342,9 +348,55 @@ def threads(model: str, rounds: int, out: Path | None) -> None:
             f.write(text)
 
 
+def whole(task_name: str, seeds: list[int], budget: int, out: Path | None) -> None:
+    import tempfile
+
+    from usertrack import user_metric
+
+    import gepetto
+
+    task = load_task(task_name, seed=0)
+    scorer = LocalLM("qwen2.5-coder-0.5b")
+    lines = [f"\n**A whole run, before and after** (`python benchmarks/local_batch.py whole --task {task_name} --seeds "
+             f"{' '.join(map(str, seeds))} --budget {budget}`; {_machine()}; "
+             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC). The default configuration, plain user metric, "
+             "fresh store per run; the two backends in turn for each seed:\n",
+             "| seed | backend | wall | CPU (process) | rollouts | proposals | validation seed -> best | "
+             f"dev test of the best ({len(task.testset)}) |", "|---:|---|---:|---:|---:|---:|---|---:|"]
+    for seed in seeds:
+        for backend in ("serial", "batched"):
+            if backend == "serial":
+                lms: tuple[Any, Any] = (SerialLM("qwen2.5-coder-0.5b"), SerialLM("qwen2.5-coder-1.5b"))
+            else:
+                lms = ("local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b")
+            with tempfile.TemporaryDirectory() as tmp:
+                t0, c0 = time.perf_counter(), time.process_time()
+                result = gepetto.optimize(task.seed_candidate, task.trainset, user_metric(task, "plain"),
+                                          valset=task.valset, program=task.program, task_lm=lms[0],
+                                          reflection_lm=lms[1], budget=budget, seed=seed,
+                                          storage=Path(tmp) / "run.sqlite", run=f"whole-{backend}-s{seed}")
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            test = asyncio.run(evaluate_async(result.best_candidate, task.testset, task.metric, program=task.program,
+                                              task_lm=scorer, max_concurrency=8)).mean
+            row = (f"| {seed} | {backend} | {wall:.0f} s | {cpu:.0f} s | {result.rollouts_used} | "
+                   f"{sum(result.proposals.values())} | {result.seed_score:.3f} -> {result.best_score:.3f} | "
+                   f"{test:.3f} |")
+            print(row, flush=True)
+            lines.append(row)
+            del lms
+    text = "\n".join(lines) + "\n"
+    if out:
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(text)
+    print(text)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads"])
+    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole"])
+    ap.add_argument("--task", default=TASK)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--budget", type=int, default=300)
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
     ap.add_argument("--workload", default="clinc", choices=["clinc", "unshared", "write", "long"])
     ap.add_argument("--parallel", nargs="+", type=int, default=[1, 2, 4, 8, 12])
@@ -359,6 +411,8 @@ def main(argv: list[str] | None = None) -> None:
         cost(args.model, args.threads, args.out)
     elif args.mode == "threads":
         threads(args.model, args.rounds, args.out)
+    elif args.mode == "whole":
+        whole(args.task, args.seeds, args.budget, args.out)
     elif args.mode == "_threads":
         _threads_child(args.model, args.threads)
     else:
