@@ -183,8 +183,8 @@ def reselect(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
                    reselected={"commit": r.get("commit"), "evidence_level": r.get("evidence_level", 0.2),
                                "best_val": r["best_val"], "same": cands[i]["texts"] == r["best"]})
         if name not in LOCKED_ONLY and cands[i]["texts"] != r["best"]:
-            row["dev_test"] = asyncio.run(_score(task_of(name, "dev"), Candidate(cands[i]["texts"]),
-                                                 task_of(name, "dev").testset, storage))
+            task = task_of(name, "dev")
+            row["dev_test"] = asyncio.run(_score(task, Candidate(cands[i]["texts"]), task.testset, storage))
         out.append(row)
     return out
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 # A candidate is the best only on evidence that it beats the seed: a one-sided sign test over the validation
-# examples on which the two differ, at this level (a gain of one example is never enough, one of two only while
+# examples on which the two differ, at this level (a gain of one example is never enough, a gain of two only while
 # few examples differ: benchmarks/results/evidence_level.md); with fewer validation examples than EVIDENCE_MIN
 # no gain could show evidence, and the highest mean is the best.
 EVIDENCE_LEVEL = 0.4
