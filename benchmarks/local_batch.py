@@ -5,7 +5,7 @@
     python benchmarks/local_batch.py agree --n 100 --out F
     python benchmarks/local_batch.py cost --model qwen2.5-coder-0.5b --out F   # llama.cpp's cost of k sequences
     python benchmarks/local_batch.py threads --out F   # OMP_WAIT_POLICY and n_threads on this machine, now
-    python benchmarks/local_batch.py whole --task clinc-banking --seeds 0 1 2 --budget 300 --out F
+    python benchmarks/local_batch.py whole --task clinc-banking --seeds 0 1 2 --budget 300 [--backends batched] --out F
 
 The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
 customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
@@ -38,6 +38,7 @@ import asyncio
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -154,6 +155,11 @@ async def _run(lm: Any, calls: list[tuple[list[dict[str, str]], dict[str, Any]]]
     outs = await asyncio.gather(*(one(m, p) for m, p in calls))
     return Run(time.perf_counter() - t0, [o.text for o in outs], sum(o.usage.output_tokens for o in outs),
                sum(o.usage.input_tokens for o in outs), time.process_time() - c0)
+
+
+def _describe() -> str:
+    """The commit measured (with "-dirty" when the working tree differs from it)."""
+    return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
 
 
 def _machine() -> str:
@@ -348,7 +354,7 @@ def threads(model: str, rounds: int, out: Path | None) -> None:
             f.write(text)
 
 
-def whole(task_name: str, seeds: list[int], budget: int, out: Path | None) -> None:
+def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], out: Path | None) -> None:
     import tempfile
 
     from usertrack import user_metric
@@ -358,13 +364,14 @@ def whole(task_name: str, seeds: list[int], budget: int, out: Path | None) -> No
     task = load_task(task_name, seed=0)
     scorer = LocalLM("qwen2.5-coder-0.5b")
     lines = [f"\n**A whole run, before and after** (`python benchmarks/local_batch.py whole --task {task_name} --seeds "
-             f"{' '.join(map(str, seeds))} --budget {budget}`; {_machine()}; "
+             f"{' '.join(map(str, seeds))} --budget {budget} --backends {' '.join(backends)}`; {_machine()}; "
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC). The default configuration, plain user metric, "
-             "fresh store per run; the two backends in turn for each seed:\n",
-             "| seed | backend | wall | CPU (process) | rollouts | proposals | validation seed -> best | "
-             f"dev test of the best ({len(task.testset)}) |", "|---:|---|---:|---:|---:|---:|---|---:|"]
+             f"fresh store per run; {' then '.join(backends)} for each seed (`git describe`: {_describe()}):\n",
+             "| seed | backend | wall | CPU (process) | rollouts | proposals | reflection calls, seconds (summed) | "
+             f"validation seed -> best | dev test of the best ({len(task.testset)}) |",
+             "|---:|---|---:|---:|---:|---:|---:|---|---:|"]
     for seed in seeds:
-        for backend in ("serial", "batched"):
+        for backend in backends:
             if backend == "serial":
                 lms: tuple[Any, Any] = (SerialLM("qwen2.5-coder-0.5b"), SerialLM("qwen2.5-coder-1.5b"))
             else:
@@ -376,10 +383,13 @@ def whole(task_name: str, seeds: list[int], budget: int, out: Path | None) -> No
                                           reflection_lm=lms[1], budget=budget, seed=seed,
                                           storage=Path(tmp) / "run.sqlite", run=f"whole-{backend}-s{seed}")
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            refl = result.ledger.roles.get("reflection")
+            calls, seconds = (refl.calls, refl.seconds) if refl else (0, 0.0)
             test = asyncio.run(evaluate_async(result.best_candidate, task.testset, task.metric, program=task.program,
                                               task_lm=scorer, max_concurrency=8)).mean
             row = (f"| {seed} | {backend} | {wall:.0f} s | {cpu:.0f} s | {result.rollouts_used} | "
-                   f"{sum(result.proposals.values())} | {result.seed_score:.3f} -> {result.best_score:.3f} | "
+                   f"{sum(result.proposals.values())} | {calls}, {seconds:.0f} s | "
+                   f"{result.seed_score:.3f} -> {result.best_score:.3f} | "
                    f"{test:.3f} |")
             print(row, flush=True)
             lines.append(row)
@@ -403,6 +413,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=24, help="calls per round (curve) or examples (agree)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--backends", nargs="+", default=["serial", "batched"], choices=["serial", "batched"],
+                    help="whole: the backends to run, in turn for each seed")
     ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     args = ap.parse_args(argv)
     if args.mode == "curve":
@@ -412,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.mode == "threads":
         threads(args.model, args.rounds, args.out)
     elif args.mode == "whole":
-        whole(args.task, args.seeds, args.budget, args.out)
+        whole(args.task, args.seeds, args.budget, args.backends, args.out)
     elif args.mode == "_threads":
         _threads_child(args.model, args.threads)
     else:

@@ -467,6 +467,34 @@ def test_a_first_draft_writes_one_rule_per_right_answer_and_is_validated_once():
     assert len(drafted) >= 4
 
 
+def test_the_first_draft_asks_for_all_its_rules_at_once():
+    """The draft's requests (one per answer) read only the parent's text, so they are in flight together: a batching
+    backend decodes them in one batch, an API answers them in parallel. The rules are applied in the answers' order."""
+    import asyncio
+
+    seed, train, val, metric, program, task_lm = _topic_task()
+    now = most = 0
+
+    async def writer(messages, params):
+        nonlocal now, most
+        now += 1
+        most = max(most, now)
+        await asyncio.sleep(0.01)
+        now -= 1
+        return _definition_writer(messages, params)
+
+    reflection = ScriptedLM(writer)
+    engine = build_engine(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
+                          reflection_lm=reflection, budget=60, proposer=Edit(definitions=20), merge="off")
+    res = asyncio.run(engine.run())
+    drafts = [m for m, _ in reflection.calls if "These inputs have the right answer" in m[1]["content"]]
+    assert len(drafts) >= 4 and most == len(drafts)
+    assert res.best_score == 1.0
+    best = res.best_candidate["instruction"]
+    assert [best.index(f"answer {lab}.") for lab in sorted(TOPICS)] == sorted(
+        best.index(f"answer {lab}.") for lab in TOPICS)
+
+
 def test_the_first_draft_goes_before_a_demonstration_and_only_once():
     """With few-shot on, the first proposal is still the draft; later ones are edits or demonstrations."""
     import asyncio

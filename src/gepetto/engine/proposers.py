@@ -22,6 +22,7 @@ resume inexact).
 
 from __future__ import annotations
 
+import asyncio
 import random
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -454,8 +455,9 @@ class Edit(Knobs, Proposer):
     async def _draft(self, request: ProposalRequest, component: str) -> Proposal | None:
         """The first draft of the rules list: one rule per answer seen in the training rollouts' confusions
         ("answered X, expected Y": X and Y), each from up to 4 inputs whose right answer it is (any candidate's
-        rollouts: the right answer belongs to the example). The child is validated without a test: a dozen new
-        lines at once, whose gain the few examples of a test cannot show (docs/design-notes.md)."""
+        rollouts: the right answer belongs to the example), all asked at once (a batching backend decodes them
+        together). The child is validated without a test: a dozen new lines at once, whose gain the few examples of
+        a test cannot show (docs/design-notes.md)."""
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         by_id = {e.id: e for e in request.trainset}
         known = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in by_id]
@@ -465,14 +467,17 @@ class Edit(Knobs, Proposer):
         if st.answers is not None:  # the set's own spelling; a wrong answer outside the set gets no rule
             answers = sorted({st.answers.match(a) for a in answers} - {""})
         current, kept = parts(cfg, parent[component])
-        text, written = current, {}
+        asks = []  # each answer's request reads the parent's text only: all are in flight at once
         for answer in answers:
             inputs = edits.positives(known, answer, set(), cfg.perfect_score, rng, diagnosis=diagnosis)
             if len(inputs) < 2:  # one input says little of what the answer's inputs have in common
                 continue
             shown = [edits.shown(r, component, 300, by_id.get(r.example_id)) for r in inputs]
             messages = edits.build_definition_prompt(current, answer, [ex.inputs for ex in shown])
-            rule = await self._vetted(request, messages, current, shown, answer=answer, others=answers)
+            asks.append((answer, self._vetted(request, messages, current, shown, answer=answer, others=answers)))
+        rules = await asyncio.gather(*(ask for _, ask in asks))
+        text, written = current, {}
+        for (answer, _), rule in zip(asks, rules, strict=True):
             if rule is not None:
                 text = edits.apply_rule(text, rule, answer)
                 written[answer] = rule
