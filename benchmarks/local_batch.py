@@ -6,6 +6,7 @@
     python benchmarks/local_batch.py cost --model qwen2.5-coder-0.5b --out F   # llama.cpp's cost of k sequences
     python benchmarks/local_batch.py threads --out F   # OMP_WAIT_POLICY and n_threads on this machine, now
     python benchmarks/local_batch.py whole --task clinc-banking --seeds 0 1 2 --budget 300 [--backends batched] --out F
+    python benchmarks/local_batch.py draft --rounds 2 --out F   # the first draft's rule requests: in turn or at once
 
 The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
 customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
@@ -25,6 +26,11 @@ greedy answers differ, and the mean score of each (the task's own metric).
 `benchmarks/usertrack.py run`) once per seed with the serial backend for both models and once with the batched
 one, in turn, each in a fresh store (no answer cached from another run): wall time, rollouts, validation and the
 best's dev-test score (scored with the batched backend, 8 in flight, for both).
+
+`draft` times the rule requests of the labels route's first proposal (`edit(definitions=n)`: one per answer, each
+with 4 training inputs of that answer and the seed instruction, as `edits.build_definition_prompt` writes them) on
+the 1.5B, one at a time and all at once, each setting on a freshly loaded model per round (no prompt kept from the
+other setting).
 
 `cost` times one `llama_decode` of k sequences x 1 token (after a shared 100-token prompt) on a bare llama.cpp
 context, in CPU seconds of the process: what batching can give at best. `threads` times one decode of 1, 8 and 300
@@ -354,6 +360,53 @@ def threads(model: str, rounds: int, out: Path | None) -> None:
             f.write(text)
 
 
+def draft(rounds: int, out: Path | None) -> None:
+    from gepetto.engine import edits
+
+    task = load_task(TASK, seed=0)
+    instruction = task.seed_candidate["instruction"]
+    by_label: dict[str, list[str]] = {}
+    for ex in task.trainset:
+        by_label.setdefault(str(ex.gold), []).append(str(ex.inputs["message"]))
+    calls = [edits.build_definition_prompt(instruction, label, inputs[:4]) for label, inputs in sorted(by_label.items())
+             if len(inputs) >= 2]
+    params = {"temperature": 0.0, "max_tokens": 90, "stop": [edits.RULE_CLOSE], "seed": 0}
+
+    async def in_turn(lm: Any) -> list[Completion]:
+        return [await lm.complete(m, **params) for m in calls]
+
+    async def at_once(lm: Any) -> list[Completion]:
+        return list(await asyncio.gather(*(lm.complete(m, **params) for m in calls)))
+
+    rows, texts = [], {}
+    t_start = datetime.now(timezone.utc)
+    for r in range(rounds):
+        for label, fn in (("one at a time", in_turn), ("all at once", at_once)):
+            lm = LocalLM("qwen2.5-coder-1.5b")
+            asyncio.run(lm.complete([{"role": "user", "content": "Say yes."}], max_tokens=2))  # load, warm up
+            t0, c0 = time.perf_counter(), time.process_time()
+            outs = asyncio.run(fn(lm))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            lm.close()
+            texts.setdefault(label, []).append([o.text for o in outs])
+            row = (f"| {r} | {label} | {len(calls)} | {sum(o.usage.input_tokens for o in outs)} | "
+                   f"{sum(o.usage.output_tokens for o in outs)} | {wall:.1f} s | {cpu:.1f} s |")
+            print(row, flush=True)
+            rows.append(row)
+    same = sum(a == b for x, y in zip(texts["one at a time"], texts["all at once"], strict=True)
+               for a, b in zip(x, y, strict=True))
+    text = (f"\n**The first draft's rule requests** (`python benchmarks/local_batch.py draft --rounds {rounds}`; "
+            f"{_machine()}; {t_start:%Y-%m-%d %H:%M} UTC; `git describe`: {_describe()}). Qwen2.5-Coder 1.5B, "
+            f"greedy, a fresh model per setting and round; answers identical between the settings: "
+            f"{same}/{len(calls) * rounds}.\n\n"
+            "| round | requests | calls | tokens in | tokens out | wall | CPU (process) |\n"
+            "|---:|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
+    print(text)
+    if out:
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(text)
+
+
 def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], out: Path | None) -> None:
     import tempfile
 
@@ -403,7 +456,7 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole"])
+    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "draft"])
     ap.add_argument("--task", default=TASK)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--budget", type=int, default=300)
@@ -425,6 +478,8 @@ def main(argv: list[str] | None = None) -> None:
         threads(args.model, args.rounds, args.out)
     elif args.mode == "whole":
         whole(args.task, args.seeds, args.budget, args.backends, args.out)
+    elif args.mode == "draft":
+        draft(args.rounds, args.out)
     elif args.mode == "_threads":
         _threads_child(args.model, args.threads)
     else:
