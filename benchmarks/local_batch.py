@@ -7,6 +7,7 @@
     python benchmarks/local_batch.py threads --out F   # OMP_WAIT_POLICY and n_threads on this machine, now
     python benchmarks/local_batch.py whole --task clinc-banking --seeds 0 1 2 --budget 300 [--backends batched] --out F
     python benchmarks/local_batch.py draft --rounds 2 --out F   # the first draft's rule requests: in turn or at once
+    python benchmarks/local_batch.py where --task clinc-banking --seeds 0 --budget 300 --out F  # a run's decoding
 
 The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
 customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
@@ -31,6 +32,9 @@ best's dev-test score (scored with the batched backend, 8 in flight, for both).
 with 4 training inputs of that answer and the seed instruction, as `edits.build_definition_prompt` writes them) on
 the 1.5B, one at a time and all at once, each setting on a freshly loaded model per round (no prompt kept from the
 other setting).
+
+`where` runs the default once per seed with the batched backend and counts, per model, what its decoder did
+(steps, tokens decoded, prompt tokens asked and of those taken from the cache) and the reflection calls' tokens.
 
 `cost` times one `llama_decode` of k sequences x 1 token (after a shared 100-token prompt) on a bare llama.cpp
 context, in CPU seconds of the process: what batching can give at best. `threads` times one decode of 1, 8 and 300
@@ -407,6 +411,46 @@ def draft(rounds: int, out: Path | None) -> None:
             f.write(text)
 
 
+def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> None:
+    import tempfile
+
+    from usertrack import user_metric
+
+    import gepetto
+
+    task = load_task(task_name, seed=0)
+    rows = []
+    for seed in seeds:
+        lms = LocalLM("qwen2.5-coder-0.5b"), LocalLM("qwen2.5-coder-1.5b")
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            result = gepetto.optimize(task.seed_candidate, task.trainset, user_metric(task, "plain"),
+                                      valset=task.valset, program=task.program, task_lm=lms[0], reflection_lm=lms[1],
+                                      budget=budget, seed=seed, storage=Path(tmp) / "run.sqlite", run=f"where-s{seed}")
+            wall = time.perf_counter() - t0
+        for role, lm in zip(("task", "reflection"), lms, strict=True):
+            st = lm._decoder.stats if lm._decoder is not None else None
+            usage = result.ledger.roles.get(role)
+            if st is None or usage is None:
+                continue
+            rows.append(f"| {seed} | {role} ({lm.model}) | {wall:.0f} s | {st.requests} | {st.steps} | "
+                        f"{st.batch_tokens} | {st.prompt_tokens} | {st.reused_tokens} "
+                        f"({st.reused_tokens / max(st.prompt_tokens, 1):.0%}) | {usage.output_tokens} |")
+            print(rows[-1], flush=True)
+            lm.close()
+    text = (f"\n**Where a batched run's time goes** (`python benchmarks/local_batch.py where --task {task_name} "
+            f"--seeds {' '.join(map(str, seeds))} --budget {budget}`; {_machine()}; "
+            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: {_describe()}). "
+            "Counts of each model's decoder over the whole run:\n\n"
+            "| seed | model | run wall | requests | decode steps | tokens decoded (prompts read + answers) | "
+            "prompt tokens asked | of which from the cache | answer tokens |\n"
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
+    print(text)
+    if out:
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(text)
+
+
 def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], out: Path | None) -> None:
     import tempfile
 
@@ -456,7 +500,7 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "draft"])
+    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "draft", "where"])
     ap.add_argument("--task", default=TASK)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--budget", type=int, default=300)
@@ -478,6 +522,8 @@ def main(argv: list[str] | None = None) -> None:
         threads(args.model, args.rounds, args.out)
     elif args.mode == "whole":
         whole(args.task, args.seeds, args.budget, args.backends, args.out)
+    elif args.mode == "where":
+        where(args.task, args.seeds, args.budget, args.out)
     elif args.mode == "draft":
         draft(args.rounds, args.out)
     elif args.mode == "_threads":
