@@ -167,6 +167,14 @@ async def _run(lm: Any, calls: list[tuple[list[dict[str, str]], dict[str, Any]]]
                sum(o.usage.input_tokens for o in outs), time.process_time() - c0)
 
 
+def _report(text: str, out: Path | None) -> None:
+    """Print a block of results and append it to `out` (a markdown file), if given."""
+    print(text)
+    if out:
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(text)
+
+
 def _describe() -> str:
     """The commit measured (with "-dirty" when the working tree differs from it)."""
     return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
@@ -251,10 +259,7 @@ def agree(n: int, in_flight: int, threads: int, out: Path | None) -> None:
     lines += [f"  - `{x.trace[0].output!r}` -> `{y.trace[0].output!r}` ({x.score.value:.0f} -> {y.score.value:.0f})"
               for x, y in differ[:12] if x.trace and y.trace]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if out:
-        with open(out, "a") as f:
-            f.write(text)
+    _report(text, out)
 
 
 def _bare_context(model: str, threads: int, n_seq: int) -> tuple[Any, Any, Any, list[int]]:
@@ -315,10 +320,7 @@ def cost(model: str, threads: int, out: Path | None) -> None:
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_machine()}, load average (1 min) "
             f"{min(loads):.1f}-{max(loads):.1f}; median of 7; in brackets, tokens per CPU second against 1 "
             f"sequence.\n\n{head}\n{line}\n")
-    print(text)
-    if out:
-        with open(out, "a") as f:
-            f.write(text)
+    _report(text, out)
 
 
 def _threads_child(model: str, threads: int) -> None:
@@ -358,10 +360,7 @@ def threads(model: str, rounds: int, out: Path | None) -> None:
             f"its column), load average (1 min) {min(loads):.1f}-{max(loads):.1f}; wall time of one llama_decode, "
             f"median of 3, each row a fresh process.\n\n| round | OMP_WAIT_POLICY | threads | 300 tokens | 8 tokens | "
             f"1 token | load |\n|---:|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
-    print(text)
-    if out:
-        with open(out, "a") as f:
-            f.write(text)
+    _report(text, out)
 
 
 def draft(rounds: int, out: Path | None) -> None:
@@ -405,10 +404,7 @@ def draft(rounds: int, out: Path | None) -> None:
             f"{same}/{len(calls) * rounds}.\n\n"
             "| round | requests | calls | tokens in | tokens out | wall | CPU (process) |\n"
             "|---:|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
-    print(text)
-    if out:
-        with open(out, "a", encoding="utf-8") as f:
-            f.write(text)
+    _report(text, out)
 
 
 def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> None:
@@ -445,10 +441,7 @@ def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> No
             "| seed | model | run wall | requests | decode steps | tokens decoded (prompts read + answers) | "
             "prompt tokens asked | of which from the cache | answer tokens |\n"
             "|---:|---|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
-    print(text)
-    if out:
-        with open(out, "a", encoding="utf-8") as f:
-            f.write(text)
+    _report(text, out)
 
 
 def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], out: Path | None) -> None:
@@ -492,10 +485,7 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
             lines.append(row)
             del lms
     text = "\n".join(lines) + "\n"
-    if out:
-        with open(out, "a", encoding="utf-8") as f:
-            f.write(text)
-    print(text)
+    _report(text, out)
 
 
 def main(argv: list[str] | None = None) -> None:
