@@ -34,7 +34,7 @@ the 1.5B, one at a time and all at once, each setting on a freshly loaded model 
 other setting).
 
 `where` runs the default once per seed with the batched backend and counts, per model, what its decoder did
-(steps, tokens decoded, prompt tokens asked and of those taken from the cache) and the reflection calls' tokens.
+(steps, tokens decoded, prompt tokens asked and of those taken from the cache) and its answer tokens.
 
 `cost` times one `llama_decode` of k sequences x 1 token (after a shared 100-token prompt) on a bare llama.cpp
 context, in CPU seconds of the process: what batching can give at best. `threads` times one decode of 1, 8 and 300
@@ -407,32 +407,37 @@ def draft(rounds: int, out: Path | None) -> None:
     _report(text, out)
 
 
-def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> None:
+def _default_run(task: Any, lms: tuple[Any, Any], seed: int, budget: int) -> tuple[Any, float, float]:
+    """The default configuration with the plain user metric (as `usertrack.py run`), in a fresh store (no answer
+    cached from another run): the result, wall seconds and CPU seconds of the process."""
     import tempfile
 
     from usertrack import user_metric
 
     import gepetto
 
+    with tempfile.TemporaryDirectory() as tmp:
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = gepetto.optimize(task.seed_candidate, task.trainset, user_metric(task, "plain"), valset=task.valset,
+                                  program=task.program, task_lm=lms[0], reflection_lm=lms[1], budget=budget,
+                                  seed=seed, storage=Path(tmp) / "run.sqlite", run=f"s{seed}")
+        return result, time.perf_counter() - t0, time.process_time() - c0
+
+
+def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> None:
     task = load_task(task_name, seed=0)
     rows = []
     for seed in seeds:
         lms = LocalLM("qwen2.5-coder-0.5b"), LocalLM("qwen2.5-coder-1.5b")
-        with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.perf_counter()
-            result = gepetto.optimize(task.seed_candidate, task.trainset, user_metric(task, "plain"),
-                                      valset=task.valset, program=task.program, task_lm=lms[0], reflection_lm=lms[1],
-                                      budget=budget, seed=seed, storage=Path(tmp) / "run.sqlite", run=f"where-s{seed}")
-            wall = time.perf_counter() - t0
+        result, wall, _ = _default_run(task, lms, seed, budget)
         for role, lm in zip(("task", "reflection"), lms, strict=True):
             st = lm._decoder.stats if lm._decoder is not None else None
             usage = result.ledger.roles.get(role)
-            if st is None or usage is None:
-                continue
-            rows.append(f"| {seed} | {role} ({lm.model}) | {wall:.0f} s | {st.requests} | {st.steps} | "
-                        f"{st.batch_tokens} | {st.prompt_tokens} | {st.reused_tokens} "
-                        f"({st.reused_tokens / max(st.prompt_tokens, 1):.0%}) | {usage.output_tokens} |")
-            print(rows[-1], flush=True)
+            if st is not None and usage is not None:
+                rows.append(f"| {seed} | {role} ({lm.model}) | {wall:.0f} s | {st.requests} | {st.steps} | "
+                            f"{st.batch_tokens} | {st.prompt_tokens} | {st.reused_tokens} "
+                            f"({st.reused_tokens / max(st.prompt_tokens, 1):.0%}) | {usage.output_tokens} |")
+                print(rows[-1], flush=True)
             lm.close()
     text = (f"\n**Where a batched run's time goes** (`python benchmarks/local_batch.py where --task {task_name} "
             f"--seeds {' '.join(map(str, seeds))} --budget {budget}`; {_machine()}; "
@@ -445,12 +450,6 @@ def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> No
 
 
 def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], out: Path | None) -> None:
-    import tempfile
-
-    from usertrack import user_metric
-
-    import gepetto
-
     task = load_task(task_name, seed=0)
     scorer = LocalLM("qwen2.5-coder-0.5b")
     lines = [f"\n**A whole run, before and after** (`python benchmarks/local_batch.py whole --task {task_name} --seeds "
@@ -466,13 +465,7 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
                 lms: tuple[Any, Any] = (SerialLM("qwen2.5-coder-0.5b"), SerialLM("qwen2.5-coder-1.5b"))
             else:
                 lms = ("local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b")
-            with tempfile.TemporaryDirectory() as tmp:
-                t0, c0 = time.perf_counter(), time.process_time()
-                result = gepetto.optimize(task.seed_candidate, task.trainset, user_metric(task, "plain"),
-                                          valset=task.valset, program=task.program, task_lm=lms[0],
-                                          reflection_lm=lms[1], budget=budget, seed=seed,
-                                          storage=Path(tmp) / "run.sqlite", run=f"whole-{backend}-s{seed}")
-                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            result, wall, cpu = _default_run(task, lms, seed, budget)
             refl = result.ledger.roles.get("reflection")
             calls, seconds = (refl.calls, refl.seconds) if refl else (0, 0.0)
             test = asyncio.run(evaluate_async(result.best_candidate, task.testset, task.metric, program=task.program,
