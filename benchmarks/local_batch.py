@@ -424,28 +424,59 @@ def _default_run(task: Any, lms: tuple[Any, Any], seed: int, budget: int) -> tup
         return result, time.perf_counter() - t0, time.process_time() - c0
 
 
+def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Seconds during which an interval of `a` and one of `b` ran at once (each list sorted, non-overlapping)."""
+    total, j = 0.0, 0
+    for start, end in a:
+        while j < len(b) and b[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            total += min(end, b[k][1]) - max(start, b[k][0])
+            k += 1
+    return total
+
+
 def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> None:
+    from gepetto.lm.llama_batch import BatchDecoder
+
     task = load_task(task_name, seed=0)
     rows = []
+    spans: dict[int, list[tuple[float, float]]] = {}
+    decode = BatchDecoder._decode
+
+    def timed(self: Any, plan: Any) -> int:  # each llama_decode's interval, per decoder
+        t0 = time.perf_counter()
+        try:
+            return decode(self, plan)
+        finally:
+            spans.setdefault(id(self), []).append((t0, time.perf_counter()))
+
+    BatchDecoder._decode = timed  # type: ignore[method-assign]
     for seed in seeds:
         lms = LocalLM("qwen2.5-coder-0.5b"), LocalLM("qwen2.5-coder-1.5b")
+        spans.clear()
         result, wall, _ = _default_run(task, lms, seed, budget)
+        both = _overlap(*(spans.get(id(lm._decoder), []) for lm in lms))
         for role, lm in zip(("task", "reflection"), lms, strict=True):
             st = lm._decoder.stats if lm._decoder is not None else None
             usage = result.ledger.roles.get(role)
             if st is not None and usage is not None:
-                rows.append(f"| {seed} | {role} ({lm.model}) | {wall:.0f} s | {st.requests} | {st.steps} | "
-                            f"{st.batch_tokens} | {st.prompt_tokens} | {st.reused_tokens} "
+                rows.append(f"| {seed} | {role} ({lm.model}) | {wall:.0f} s | {st.decode_seconds:.0f} s | "
+                            f"{st.requests} | {st.steps} | {st.batch_tokens} | {st.prompt_tokens} | {st.reused_tokens} "
                             f"({st.reused_tokens / max(st.prompt_tokens, 1):.0%}) | {usage.output_tokens} |")
                 print(rows[-1], flush=True)
             lm.close()
+        rows.append(f"| {seed} | both models decoding at once | {wall:.0f} s | {both:.0f} s | | | | | | |")
+        print(rows[-1], flush=True)
+    BatchDecoder._decode = decode  # type: ignore[method-assign]
     text = (f"\n**Where a batched run's time goes** (`python benchmarks/local_batch.py where --task {task_name} "
             f"--seeds {' '.join(map(str, seeds))} --budget {budget}`; {_machine()}; "
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: {_describe()}). "
             "Counts of each model's decoder over the whole run:\n\n"
-            "| seed | model | run wall | requests | decode steps | tokens decoded (prompts read + answers) | "
-            "prompt tokens asked | of which from the cache | answer tokens |\n"
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
+            "| seed | model | run wall | inside llama_decode | requests | decode steps | tokens decoded (prompts read "
+            "+ answers) | prompt tokens asked | of which from the cache | answer tokens |\n"
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
     _report(text, out)
 
 

@@ -5,6 +5,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import sys
+import time
 import types
 
 import pytest
@@ -171,8 +172,11 @@ async def test_concurrent_calls_are_decoded_together_and_answer_as_alone():
     alone = await lm.complete(ask(COPY), temperature=0.0, max_tokens=24)
     lm.close()  # a fresh model: nothing of the call above stays in its cache
     lm = LocalLM("smollm2-135m", n_ctx=2048, parallel=4)
+    t0 = time.perf_counter()
     together = await asyncio.gather(*(lm.complete(ask(COPY), temperature=0.0, max_tokens=24) for _ in range(6)))
+    elapsed = time.perf_counter() - t0
     stats = lm._decoder.stats
+    assert 0 < stats.decode_seconds < elapsed  # the model's compute is counted, inside the calls' wall time
     assert "quick brown fox" in alone.text
     assert [c.text for c in together] == [alone.text] * 6  # an answer this clear survives batching
     assert all(c.usage == alone.usage and c.finish_reason == alone.finish_reason for c in together)

@@ -20,6 +20,7 @@ import atexit
 import concurrent.futures
 import ctypes
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -124,6 +125,7 @@ class Stats:
     reused_tokens: int = 0  # of which taken from the cache rather than read
     max_in_flight: int = 0
     requests: int = 0
+    decode_seconds: float = 0.0  # wall time inside llama_decode (the model's compute)
 
 
 class BatchDecoder:
@@ -293,7 +295,11 @@ class BatchDecoder:
                 b.logits[i] = 1 if (last_index >= 0 and k == len(toks) - 1) else 0
                 i += 1
         b.n_tokens = i
-        return int(self._lib.llama_decode(self._ctx.ctx, b))
+        t0 = time.perf_counter()
+        try:
+            return int(self._lib.llama_decode(self._ctx.ctx, b))
+        finally:
+            self.stats.decode_seconds += time.perf_counter() - t0
 
     def _cells_used(self) -> int:
         """The cells the sequences hold, counting a shared prefix once (the size of the trie of their tokens)."""
