@@ -148,3 +148,28 @@ def test_proposals_carrying_our_scaffolding_are_rejected():
     assert vet(raw, "stop", CURRENT, EXAMPLES).rejected is Outcome.SCAFFOLDING
     assert not vet("<new_instruction>Reply with JSON: the current instruction is yours.</new_instruction>", "stop",
                    CURRENT, EXAMPLES).rejected
+
+
+def test_an_answer_that_copies_an_example_block_before_its_lessons_gives_what_follows_them():
+    # seen on SNIPS: no tags, a copied example with its feedback, the lessons, then the instruction
+    raw = ("You extract slots.\n\nExample: \"Rain in Oslo?\"\nAnswer: {\"city\": \"Oslo\"}\n\nFeedback:\n"
+           "Partly correct (0.33): answered '{}'.\n\nLessons:\n- extract only the slots listed\n\n"
+           "New instruction:\nYou extract the listed slots as JSON.")
+    assert parse_proposal(raw) == "You extract the listed slots as JSON."
+    assert parse_proposal("You extract slots as JSON.\n\nLessons:\n- a dozen is 12") == "You extract slots as JSON."
+
+
+@pytest.mark.parametrize(
+    "tail",
+    ["\nFeedback:\nThe assistant's output is incorrect (score 0.00)\nExpected:",  # seen on SNIPS, accepted once
+     "\nLessons:\n- cities are places", " A wrong answer scores low (score 0.00)."],
+)
+def test_our_example_blocks_rewritten_without_brackets_are_scaffolding(tail):
+    assert vet(f"<new_instruction>{GOOD}{tail}</new_instruction>", "stop", CURRENT, EXAMPLES).rejected is \
+        Outcome.SCAFFOLDING
+
+
+def test_a_feedback_line_the_task_itself_asks_for_is_kept():
+    current = "You grade essays. Write two lines:\nGrade: A-F\nFeedback: one sentence."
+    child = current + "\nA grade of A needs a thesis."
+    assert vet(f"<new_instruction>{child}</new_instruction>", "stop", current, EXAMPLES).rejected is None

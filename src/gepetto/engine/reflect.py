@@ -347,14 +347,17 @@ _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s")
 
 
 def _drop_lessons(text: str) -> str:
-    """Without markers, skip the 'Lessons:' block we asked for (its heading and bullet lines)."""
+    """Without markers, keep what follows the 'Lessons:' block we asked for (its heading and bullet lines), also
+    when the model wrote something before it (a copied example, its feedback); what precedes it when nothing
+    follows."""
     lines = text.strip().splitlines()
-    if not lines or not lines[0].strip().lower().startswith("lessons"):
+    heads = [k for k, line in enumerate(lines) if line.strip().lower().startswith("lessons")]
+    if not heads:
         return text
-    i = 1
+    i = heads[-1] + 1
     while i < len(lines) and (not lines[i].strip() or _BULLET.match(lines[i])):
         i += 1
-    return "\n".join(lines[i:])
+    return "\n".join(lines[i:] if i < len(lines) else lines[: heads[-1]])
 
 
 def _normal(text: str) -> str:
@@ -409,7 +412,7 @@ def vet(
         return ReflectionProposal(text, Outcome.UNCHANGED, raw)
     if _CHAT_OPENERS.match(text) or (_CHAT_ASKS.search(text) and len(text) < 400):
         return ReflectionProposal(text, Outcome.CHAT_REPLY, raw)
-    if has_scaffolding(text):
+    if has_scaffolding(text) or _copies_blocks(text, current):
         return ReflectionProposal(text, Outcome.SCAFFOLDING, raw)
     if echo_fraction(text, examples) > max_echo:
         return ReflectionProposal(text, Outcome.ECHO, raw)
@@ -454,6 +457,17 @@ _ARTIFACT_SCAFFOLDING = re.compile(
     r"\[Assistant's answer\]|\[Feedback\]|\[(?:Program )?Output\]",
     re.M,
 )
+
+
+# Our example blocks as a small model rewrites them without the brackets: a "Feedback:" or "Lessons:" heading line,
+# the score as we print it. Counted only where the current instruction does not have them itself (a task may well
+# ask for a "Feedback:" line in its answers).
+_BLOCK_LINES = re.compile(r"^\s*(?:feedback|lessons)\s*:|\(score \d\.\d\d\)", re.I | re.M)
+
+
+def _copies_blocks(text: str, current: str) -> bool:
+    found = {m.group(0).strip().lower() for m in _BLOCK_LINES.finditer(text)}
+    return bool(found - {m.group(0).strip().lower() for m in _BLOCK_LINES.finditer(current)})
 
 
 def has_scaffolding(text: str) -> bool:
