@@ -314,7 +314,18 @@ def parse_proposal(raw: str, *, artifact: bool = False) -> str:
     if artifact:
         whole = _WHOLE_FENCE.fullmatch(text) or _WHOLE_TICKS.fullmatch(text)
         return whole.group(1).strip("\n") if whole else text
-    return text.strip('"').strip()
+    text = text.strip('"').strip()
+    after = _COMMENTARY.search(text)
+    return text[: after.start()].strip() if after and after.start() > 0 else text
+
+
+# A small model's comment on what it wrote, after the instruction ("The new instruction ensures that ...", "This
+# instruction now includes ..."): the assistant must not read it; it is cut off with all that follows it.
+_COMMENTARY = re.compile(
+    r"(?:^|(?<=[.!?:])[ \t]+)(?:(?:the|this) (?:new|updated|revised|improved) (?:instruction|prompt)|"
+    r"this (?:instruction|prompt) now|this approach)\b",
+    re.I | re.M,
+)
 
 
 _WHOLE_FENCE = re.compile(r"```[^\n`]*\n(.*?)\n?```", re.S)
@@ -459,10 +470,10 @@ _ARTIFACT_SCAFFOLDING = re.compile(
 )
 
 
-# Our example blocks as a small model rewrites them without the brackets: a "Feedback:" or "Lessons:" heading line,
-# the score as we print it. Counted only where the current instruction does not have them itself (a task may well
-# ask for a "Feedback:" line in its answers).
-_BLOCK_LINES = re.compile(r"^\s*(?:feedback|lessons)\s*:|\(score \d\.\d\d\)", re.I | re.M)
+# Our example blocks as a small model rewrites them without the brackets: a "Feedback:" heading line, the score as
+# we print it. Counted only where the current instruction does not have them itself (a task may well ask for a
+# "Feedback:" line in its answers). A "Lessons:" list inside the instruction is kept: it states rules.
+_BLOCK_LINES = re.compile(r"^\s*feedback\s*:|\(score \d\.\d\d\)", re.I | re.M)
 
 
 def _copies_blocks(text: str, current: str) -> bool:
