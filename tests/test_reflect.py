@@ -174,14 +174,3 @@ def test_a_feedback_line_the_task_itself_asks_for_and_a_lessons_list_are_kept():
     child = current + "\nLessons:\n- A grade of A needs a thesis."
     assert vet(f"<new_instruction>{child}</new_instruction>", "stop", current, EXAMPLES).rejected is None
 
-
-@pytest.mark.parametrize(
-    "comment",  # both seen at the end of a run's best prompt on SNIPS
-    ["\n\nThe new instruction ensures that the assistant processes the request and finds the slots.",
-     " This instruction now includes the explicit rules for the state and timeRange slots."],
-)
-def test_the_models_comment_on_its_instruction_is_cut_off(comment):
-    assert parse_proposal(f"<new_instruction>{GOOD}{comment}</new_instruction>") == GOOD
-    # an instruction that merely starts like one keeps all of it
-    text = "The new instruction set for routing: reply with one word."
-    assert parse_proposal(f"<new_instruction>{text}</new_instruction>") == text

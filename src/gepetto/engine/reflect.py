@@ -314,18 +314,7 @@ def parse_proposal(raw: str, *, artifact: bool = False) -> str:
     if artifact:
         whole = _WHOLE_FENCE.fullmatch(text) or _WHOLE_TICKS.fullmatch(text)
         return whole.group(1).strip("\n") if whole else text
-    text = text.strip('"').strip()
-    after = _COMMENTARY.search(text)
-    return text[: after.start()].strip() if after and after.start() > 0 else text
-
-
-# A small model's comment on what it wrote, after the instruction ("The new instruction ensures that ...", "This
-# instruction now includes ..."): the assistant must not read it; it is cut off with all that follows it.
-_COMMENTARY = re.compile(
-    r"(?:^|(?<=[.!?:])[ \t]+)(?:(?:the|this) (?:new|updated|revised|improved) (?:instruction|prompt)|"
-    r"this (?:instruction|prompt) now|this approach)\b",
-    re.I | re.M,
-)
+    return text.strip('"').strip()
 
 
 _WHOLE_FENCE = re.compile(r"```[^\n`]*\n(.*?)\n?```", re.S)
