@@ -453,23 +453,26 @@ def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> No
             spans.setdefault(id(self), []).append((t0, time.perf_counter()))
 
     BatchDecoder._decode = timed  # type: ignore[method-assign]
-    for seed in seeds:
-        lms = LocalLM("qwen2.5-coder-0.5b"), LocalLM("qwen2.5-coder-1.5b")
-        spans.clear()
-        result, wall, _ = _default_run(task, lms, seed, budget)
-        both = _overlap(*(spans.get(id(lm._decoder), []) for lm in lms))
-        for role, lm in zip(("task", "reflection"), lms, strict=True):
-            st = lm._decoder.stats if lm._decoder is not None else None
-            usage = result.ledger.roles.get(role)
-            if st is not None and usage is not None:
-                rows.append(f"| {seed} | {role} ({lm.model}) | {wall:.0f} s | {st.decode_seconds:.0f} s | "
-                            f"{st.requests} | {st.steps} | {st.batch_tokens} | {st.prompt_tokens} | {st.reused_tokens} "
-                            f"({st.reused_tokens / max(st.prompt_tokens, 1):.0%}) | {usage.output_tokens} |")
-                print(rows[-1], flush=True)
-            lm.close()
-        rows.append(f"| {seed} | both models decoding at once | {wall:.0f} s | {both:.0f} s | | | | | | |")
-        print(rows[-1], flush=True)
-    BatchDecoder._decode = decode  # type: ignore[method-assign]
+    try:
+        for seed in seeds:
+            lms = LocalLM("qwen2.5-coder-0.5b"), LocalLM("qwen2.5-coder-1.5b")
+            spans.clear()
+            result, wall, _ = _default_run(task, lms, seed, budget)
+            both = _overlap(*(spans.get(id(lm._decoder), []) for lm in lms))
+            for role, lm in zip(("task", "reflection"), lms, strict=True):
+                st = lm._decoder.stats if lm._decoder is not None else None
+                usage = result.ledger.roles.get(role)
+                if st is not None and usage is not None:
+                    rows.append(f"| {seed} | {role} ({lm.model}) | {wall:.0f} s | {st.decode_seconds:.0f} s | "
+                                f"{st.requests} | {st.steps} | {st.batch_tokens} | {st.prompt_tokens} | "
+                                f"{st.reused_tokens} ({st.reused_tokens / max(st.prompt_tokens, 1):.0%}) | "
+                                f"{usage.output_tokens} |")
+                    print(rows[-1], flush=True)
+                lm.close()
+            rows.append(f"| {seed} | both models decoding at once | {wall:.0f} s | {both:.0f} s | | | | | | |")
+            print(rows[-1], flush=True)
+    finally:
+        BatchDecoder._decode = decode  # type: ignore[method-assign]
     text = (f"\n**Where a batched run's time goes** (`python benchmarks/local_batch.py where --task {task_name} "
             f"--seeds {' '.join(map(str, seeds))} --budget {budget}`; {_machine()}; "
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: {_describe()}). "

@@ -466,6 +466,7 @@ _BLOCK_LINES = re.compile(r"^\s*feedback\s*:|\(score \d\.\d\d\)", re.I | re.M)
 
 
 def _copies_blocks(text: str, current: str) -> bool:
+    """Whether `text` has a line of our example blocks that `current` does not have."""
     found = {m.group(0).strip().lower() for m in _BLOCK_LINES.finditer(text)}
     return bool(found - {m.group(0).strip().lower() for m in _BLOCK_LINES.finditer(current)})
 
