@@ -174,3 +174,16 @@ def test_a_feedback_line_the_task_itself_asks_for_and_a_lessons_list_are_kept():
     child = current + "\nLessons:\n- A grade of A needs a thesis."
     assert vet(f"<new_instruction>{child}</new_instruction>", "stop", current, EXAMPLES).rejected is None
 
+
+
+def test_a_new_instruction_heading_inside_the_tags_gives_what_follows_it():
+    # seen on SNIPS (bare float, seed 2): the lessons and our answer's heading inside the tags, kept as the prompt
+    inner = ("Lessons:\n1. Temperature should be in Celsius.\n\nNew instruction:\n"
+             "Extract the slots from the request as JSON.")
+    assert parse_proposal(f"<new_instruction>{inner}</new_instruction>") == \
+        "Extract the slots from the request as JSON."
+    # a heading with nothing after it, or words that only mention a new prompt, are left alone
+    assert parse_proposal("<new_instruction>Answer briefly.\nNew instruction:</new_instruction>") == \
+        "Answer briefly.\nNew instruction:"
+    kept = "When the user asks for a new prompt: write one."
+    assert parse_proposal(f"<new_instruction>{kept}</new_instruction>") == kept

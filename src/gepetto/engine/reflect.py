@@ -302,7 +302,8 @@ def between_tags(raw: str, open_tag: str, close_tag: str) -> str | None:
 
 
 def parse_proposal(raw: str, *, artifact: bool = False) -> str:
-    """The new instruction inside the answer: tagged text, else the longest fenced block, else all of it.
+    """The new instruction inside the answer: tagged text, else the longest fenced block, else all of it; what
+    precedes a "New instruction:" heading line is taken off.
 
     An artifact is used verbatim: a fence or backticks around the whole text are taken off, quotes are kept."""
     text = between_tags(raw, OPEN_TAG, CLOSE_TAG)
@@ -314,7 +315,7 @@ def parse_proposal(raw: str, *, artifact: bool = False) -> str:
     if artifact:
         whole = _WHOLE_FENCE.fullmatch(text) or _WHOLE_TICKS.fullmatch(text)
         return whole.group(1).strip("\n") if whole else text
-    return text.strip('"').strip()
+    return _after_heading(text).strip('"').strip()
 
 
 _WHOLE_FENCE = re.compile(r"```[^\n`]*\n(.*?)\n?```", re.S)
@@ -341,6 +342,21 @@ def drop_repeats(text: str) -> tuple[str, bool]:
     if looped and kept and not kept[-1].endswith((".", "!", "?", ":")):
         kept.pop()
     return "\n".join(kept) if looped else text, looped
+
+
+# A line that is only a "New instruction:" heading: what precedes it (the lessons we asked for outside the tags,
+# a copied example) is not part of the instruction.
+_HEADING = re.compile(
+    r"^\s*(?:\*\*)?(?:new|improved|updated|revised) (?:instruction|prompt|system prompt)\s*:\s*(?:\*\*)?\s*$",
+    re.I | re.M,
+)
+
+
+def _after_heading(text: str) -> str:
+    """The text after the last line that is only a "New instruction:" heading, when something follows it."""
+    heads = list(_HEADING.finditer(text))
+    rest = text[heads[-1].end():].strip() if heads else ""
+    return rest or text
 
 
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s")
