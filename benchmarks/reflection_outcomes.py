@@ -54,18 +54,19 @@ def main() -> None:
         n, t_in, t_out = sum(answers[fam].values()), sum(tokens_in[fam].values()), sum(tokens_out[fam].values())
         print(f"### {fam}\n\n| outcome | answers | share | prompt tokens | share | answer tokens | share |")
         print("|---|---:|---:|---:|---:|---:|---:|")
+        outcomes = [o for o, _ in answers[fam].most_common()]
         for outcome, count in answers[fam].most_common():
             i, o = tokens_in[fam][outcome], tokens_out[fam][outcome]
             print(f"| {outcome} | {count} | {count / n:.0%} | {i:,} | {i / max(t_in, 1):.0%} | {o:,} | "
                   f"{o / max(t_out, 1):.0%} |")
         print(f"| all | {n} | | {t_in:,} | | {t_out:,} | |\n")
-        steps = sorted({k for k, _ in by_step[fam]})
-        print("| step | answers | " + " | ".join(o for o, _ in answers[fam].most_common()) + " |")
-        print("|---|---:|" + "---:|" * len(answers[fam]))
-        for k in steps:
-            counts = [by_step[fam][(k, o)] for o, _ in answers[fam].most_common()]
+        print("| step | answers | " + " | ".join(outcomes) + " |")
+        print("|---|---:|" + "---:|" * len(outcomes))
+        for k in sorted({k for k, _ in by_step[fam]}):
+            counts = [by_step[fam][(k, o)] for o in outcomes]
             print(f"| {k} | {sum(counts)} | " + " | ".join(str(c) for c in counts) + " |")
         print()
+
 
 if __name__ == "__main__":
     main()
