@@ -278,6 +278,21 @@ _PREAMBLE = re.compile(
     r" (?:instruction|prompt|system prompt)[^\n]{0,40}:\s*(?:\*\*)?\s*\n",
     re.I,
 )
+# _PREAMBLE's stricter twin, anywhere in the text: a line that is only a "New instruction:" heading; what precedes
+# it (the lessons we asked for outside the tags, a copied example) is not part of the instruction.
+_HEADING = re.compile(
+    r"^\s*(?:\*\*)?(?:new|improved|updated|revised) (?:instruction|prompt|system prompt)\s*:\s*(?:\*\*)?\s*$",
+    re.I | re.M,
+)
+
+
+def _after_heading(text: str) -> str:
+    """The text after the last line that is only a "New instruction:" heading, when something follows it."""
+    heads = list(_HEADING.finditer(text))
+    rest = text[heads[-1].end():].strip() if heads else ""
+    return rest or text
+
+
 _CHAT_OPENERS = re.compile(
     r"^\s*(certainly|sure|of course|absolutely|i'd be happy|i would be happy|i can help|i'm sorry|"
     r"i am sorry|great question|thank you|hello|hi\b)",
@@ -342,21 +357,6 @@ def drop_repeats(text: str) -> tuple[str, bool]:
     if looped and kept and not kept[-1].endswith((".", "!", "?", ":")):
         kept.pop()
     return "\n".join(kept) if looped else text, looped
-
-
-# A line that is only a "New instruction:" heading: what precedes it (the lessons we asked for outside the tags,
-# a copied example) is not part of the instruction.
-_HEADING = re.compile(
-    r"^\s*(?:\*\*)?(?:new|improved|updated|revised) (?:instruction|prompt|system prompt)\s*:\s*(?:\*\*)?\s*$",
-    re.I | re.M,
-)
-
-
-def _after_heading(text: str) -> str:
-    """The text after the last line that is only a "New instruction:" heading, when something follows it."""
-    heads = list(_HEADING.finditer(text))
-    rest = text[heads[-1].end():].strip() if heads else ""
-    return rest or text
 
 
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s")
