@@ -1,5 +1,8 @@
 """The SQLite run store: rollouts, candidates, runs, events; replaying a run over its stored rollouts."""
 
+import sqlite3
+import threading
+
 import gepetto
 from gepetto.events import CandidateAdded
 from gepetto.program import Rollout, TraceEntry
@@ -43,6 +46,20 @@ def test_a_store_from_before_the_stage_and_pattern_columns_is_upgraded(tmp_path)
     store.put_rollout("r", cand, "f", Rollout("f", Score(0.0, "no", pattern="answered x, expected y")))
     assert store.rollouts("r")[(cand.id, "e")].stage is None
     assert store.rollouts("r")[(cand.id, "f")].score.pattern == "answered x, expected y"
+
+
+def test_a_new_store_another_process_is_writing_is_waited_for_not_refused(tmp_path):
+    # two processes starting one run on a new file: SQLite refused the switch to WAL at once ("database is locked")
+    path = tmp_path / "s.sqlite"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE t (x)")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO t VALUES (1)")
+    threading.Timer(0.3, lambda: other.execute("COMMIT")).start()
+    store = RunStore(path)
+    store.create_run("r", {"task": "sim"}, seed=0)
+    assert store.get_run("r") is not None
+    assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_runs_status_and_listing(tmp_path):

@@ -157,11 +157,24 @@ class SQLiteDatabase(Database):
                     path.parent.mkdir(parents=True, exist_ok=True)
                 create_private_file(path)
                 self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=timeout)
-                self.execute("PRAGMA journal_mode=WAL")
+                self._wal(timeout)
                 self.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
         except (sqlite3.Error, OSError) as exc:
             raise sqlite_error(path, exc) from None
         self._lock = threading.Lock()
+
+    def _wal(self, timeout: float) -> None:
+        """Switch the file to WAL mode. SQLite answers "database is locked" at once, without waiting, while another
+        process opens the same new file: the switch is tried again until `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Rows:
         try:
