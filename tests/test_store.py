@@ -55,8 +55,11 @@ def test_a_new_store_another_process_is_writing_is_waited_for_not_refused(tmp_pa
     other.execute("CREATE TABLE t (x)")
     other.execute("BEGIN IMMEDIATE")
     other.execute("INSERT INTO t VALUES (1)")
-    threading.Timer(0.3, lambda: other.execute("COMMIT")).start()
+    release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+    release.start()
     store = RunStore(path)
+    release.join()
+    other.close()
     store.create_run("r", {"task": "sim"}, seed=0)
     assert store.get_run("r") is not None
     assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
