@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import statistics
@@ -407,9 +408,11 @@ def draft(rounds: int, out: Path | None) -> None:
     _report(text, out)
 
 
-def _default_run(task: Any, lms: tuple[Any, Any], seed: int, budget: int) -> tuple[Any, float, float]:
-    """The default configuration with the plain user metric (as `usertrack.py run`), in a fresh store (no answer
-    cached from another run): the result, wall seconds and CPU seconds of the process."""
+def _default_run(task: Any, lms: tuple[Any, Any], seed: int, budget: int, options: dict[str, Any] | None = None
+                 ) -> tuple[Any, float, float]:
+    """The default configuration (with `options` of `gepetto.optimize`, if any) and the plain user metric (as
+    `usertrack.py run`), in a fresh store (no answer cached from another run): the result, wall seconds and CPU
+    seconds of the process."""
     import tempfile
 
     from usertrack import user_metric
@@ -420,7 +423,7 @@ def _default_run(task: Any, lms: tuple[Any, Any], seed: int, budget: int) -> tup
         t0, c0 = time.perf_counter(), time.process_time()
         result = gepetto.optimize(task.seed_candidate, task.trainset, user_metric(task, "plain"), valset=task.valset,
                                   program=task.program, task_lm=lms[0], reflection_lm=lms[1], budget=budget,
-                                  seed=seed, storage=Path(tmp) / "run.sqlite", run=f"s{seed}")
+                                  seed=seed, storage=Path(tmp) / "run.sqlite", run=f"s{seed}", **(options or {}))
         return result, time.perf_counter() - t0, time.process_time() - c0
 
 
@@ -483,12 +486,15 @@ def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> No
     _report(text, out)
 
 
-def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], out: Path | None) -> None:
+def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], out: Path | None,
+          options: dict[str, Any] | None = None) -> None:
     task = load_task(task_name, seed=0)
     scorer = LocalLM("qwen2.5-coder-0.5b")
+    given = "".join(f" --set {k}={json.dumps(v)}" for k, v in (options or {}).items())
+    with_ = f" with{given.replace(' --set', '')}" if given else ""
     lines = [f"\n**A whole run, before and after** (`python benchmarks/local_batch.py whole --task {task_name} --seeds "
-             f"{' '.join(map(str, seeds))} --budget {budget} --backends {' '.join(backends)}`; {_machine()}; "
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC). The default configuration, plain user metric, "
+             f"{' '.join(map(str, seeds))} --budget {budget} --backends {' '.join(backends)}{given}`; {_machine()}; "
+             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC). The default configuration{with_}, plain user metric, "
              f"fresh store per run; {' then '.join(backends)} for each seed (`git describe`: {_describe()}):\n",
              "| seed | backend | wall | CPU (process) | rollouts | proposals | reflection calls, seconds (summed) | "
              f"validation seed -> best | dev test of the best ({len(task.testset)}) |",
@@ -499,7 +505,7 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
                 lms: tuple[Any, Any] = (SerialLM("qwen2.5-coder-0.5b"), SerialLM("qwen2.5-coder-1.5b"))
             else:
                 lms = ("local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b")
-            result, wall, cpu = _default_run(task, lms, seed, budget)
+            result, wall, cpu = _default_run(task, lms, seed, budget, options)
             refl = result.ledger.roles.get("reflection")
             calls, seconds = (refl.calls, refl.seconds) if refl else (0, 0.0)
             test = asyncio.run(evaluate_async(result.best_candidate, task.testset, task.metric, program=task.program,
@@ -530,6 +536,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backends", nargs="+", default=["serial", "batched"], choices=["serial", "batched"],
                     help="whole: the backends to run, in turn for each seed")
     ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="whole: an option of gepetto.optimize, VALUE read as JSON; the heading says it")
     args = ap.parse_args(argv)
     if args.mode == "curve":
         curve(args.model, args.workload, args.parallel, args.n, args.rounds, args.threads, args.out)
@@ -538,7 +546,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.mode == "threads":
         threads(args.model, args.rounds, args.out)
     elif args.mode == "whole":
-        whole(args.task, args.seeds, args.budget, args.backends, args.out)
+        from realtrack import _option
+
+        whole(args.task, args.seeds, args.budget, args.backends, args.out, dict(map(_option, args.set)))
     elif args.mode == "where":
         where(args.task, args.seeds, args.budget, args.out)
     elif args.mode == "draft":
