@@ -252,9 +252,9 @@ def test_at_the_budgets_tail_a_last_proposal_is_made_without_a_demonstration():
     def run(**options):
         return gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
                                 program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
-                                budget=30, seed=0, merge="off", **options)
+                                budget=30, seed=0, merge="off", proposer="rewrite(trim=0)", **options)
 
-    result, off = run(callbacks=seen.append), run(fewshot=0)
+    result, off = run(callbacks=seen.append), run(fewshot=0)  # (no trims: they change the budget's tail)
     assert result.rollouts_used == off.rollouts_used == 30
     last = [e for e in seen if isinstance(e, ProposalTested)][-1]
     assert last.origin is None  # (3 + 6 + 6 would not fit in the 12 left; 3 + 3 + 6 does)
@@ -301,7 +301,10 @@ def test_a_rewrite_keeps_the_demonstrations_and_is_no_echo_of_them(fewshot):
         assert all(demos.HEADER not in m["content"] for msgs, _ in reflection.calls for m in msgs)
         assert answers[0].rejected is None and Outcome.ECHO not in result.proposals
         tested = [e for e in seen if isinstance(e, ProposalTested)]
-        assert tested and all(demos.split(e.text) == (_BETTER, shown) for e in tested)
+        rewrites = [e for e in tested if e.origin is None]
+        assert rewrites and all(demos.split(e.text) == (_BETTER, shown) for e in rewrites)
+        # a trim drops a sentence of the instruction and keeps the demonstrations too
+        assert all(demos.split(e.text)[1] == shown for e in tested if e.origin == "trim")
     else:  # the whole text is the instruction: what it hands back copies the shown examples, an echo
         assert answers[0].rejected is Outcome.ECHO
 

@@ -151,15 +151,16 @@ def test_with_a_confidence_the_order_is_free_examples_then_random():
 TASK = sim.task(n_train=24, n_val=30, kinds=6, components=2)
 
 
-# (fewshot=0 here: the counts and cuts below are of paths without demonstrations; racing with the default
-# few-shot resumes exactly: tests/test_strategies.py)
+# (fewshot=0 and trim=0 here: the counts and cuts below are of paths without demonstrations or trims; racing with
+# the default few-shot resumes exactly: tests/test_strategies.py)
+PATH = {"fewshot": 0, "proposer": "auto(trim=0)"}
 def _run(validation, seed=2, iterations=40, **options):
     events = []
     result = gepetto.optimize(
         TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
         task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=seed, forget=True, max_rules=2),
         budget=100_000, seed=seed, validation=validation, max_idle_iterations=1000, callbacks=events.append,
-        stop=lambda s: s.iteration >= iterations, **{"fewshot": 0, **options})
+        stop=lambda s: s.iteration >= iterations, **{**PATH, **options})
     return result, events
 
 
@@ -260,7 +261,7 @@ def _budgeted(budget, validation, **options):
     return gepetto.optimize(
         TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
         task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2, forget=True, max_rules=2),
-        budget=budget, seed=2, validation=validation, **{"fewshot": 0, **options})
+        budget=budget, seed=2, validation=validation, **{**PATH, **options})
 
 
 @pytest.mark.parametrize("budget", [120, 200, 333])
@@ -313,11 +314,12 @@ def test_the_cli_takes_racing_as_a_validation_spec():
 
 
 def _stored(storage, stop=None, callbacks=None):
-    # (a run whose path has two children raced out, at iterations 29 and 39)
+    # (a run whose path has two children raced out, at iterations 29 and 39, when no trim is proposed)
     return gepetto.optimize(
         TASK.seed_candidate, TASK.trainset, TASK.metric, valset=TASK.valset, program=TASK.program,
         task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(noise=0.3, seed=2, forget=True, max_rules=2),
-        budget=500, seed=0, validation="racing(chunk=2)", storage=storage, run="r", stop=stop, callbacks=callbacks)
+        budget=500, seed=0, validation="racing(chunk=2)", storage=storage, run="r", stop=stop, callbacks=callbacks,
+        proposer="auto(trim=0)")
 
 
 def _fingerprint(result):

@@ -92,7 +92,8 @@ def test_killed_in_every_phase_with_one_proposal_per_round_resumes_exactly(tmp_p
 
 # racing validation: SIGKILLs in the middle of races (a few rollouts into a validation, right after a
 # cut was logged, inside a merge child's validation)
-RACING = {"validation": "racing(chunk=1)", "fewshot": 0}  # (the kill points are on a path without demonstrations)
+RACING = {"validation": "racing(chunk=1)", "fewshot": 0, "proposer": "auto(trim=0)"}  # (the kill points are on
+# a path without demonstrations or trims)
 RACING_KILLS = ["validation/reflection:2:2", "cut:1:0", "validation/merge:1:1", "validation/reflection:6:3",
                 "cut:2:0"]
 

@@ -49,9 +49,10 @@ def test_every_option_naming_a_strategy_lists_the_registered_classes():
     assert set(REGISTRY) == set(SPECS)
     assert [f.name for f in knob_fields(REGISTRY["proposer"]["edit"])] == [
         "rules", "definitions", "evidence", "gate_solved", "rule_max_tokens", "max_tokens", "prompt_chars"]
-    # the auto proposer takes the edit proposer's parameters (and so rewrite's), each unset
+    # the auto proposer takes the edit proposer's parameters (and so rewrite's) and rewrite's trim, each unset
     auto = REGISTRY["proposer"]["auto"]()
-    assert list(auto.knobs()) == [f.name for f in knob_fields(Edit)] and set(auto.knobs().values()) == {None}
+    assert list(auto.knobs()) == [f.name for f in knob_fields(Edit)] + ["trim"]
+    assert set(auto.knobs().values()) == {None}
 
 
 def test_a_toml_file_names_a_strategy_with_a_table(tmp_path):

@@ -255,8 +255,8 @@ class Engine:
                 self._emit(ev.PlanMade(self.plan))
         idle = route.idle_options(self._asked, self.config)
         if idle:
-            warnings.warn(f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with the rewrite "
-                          "proposer (they set the edit proposer's rules)", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with the "
+                          f"{self.config.proposer_name} proposer the route chose", RuntimeWarning, stacklevel=2)
 
     def _emit(self, event: ev.Event) -> None:
         for callback in self.callbacks:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -59,6 +60,8 @@ UNANSWERED: MemoryKey[dict[tuple[str, str], set[str]]] = MemoryKey("edit.unanswe
 DRAFTED: MemoryKey[dict[str, int]] = MemoryKey("edit.drafted", dict)
 # {"demo" | "other": [passed, tested]}: the minibatch tests of each kind of proposal (adaptive few-shot)
 DEMO_TESTS: MemoryKey[dict[str, list[int]]] = MemoryKey("fewshot.tests", lambda: {"demo": [0, 0], "other": [0, 0]})
+# {(candidate id, component): the units (sentences or lines) of its instruction a trim proposal dropped}
+TRIMMED: MemoryKey[dict[tuple[str, str], list[str]]] = MemoryKey("rewrite.trimmed", dict)
 
 
 class ProposalServices(Protocol):
@@ -245,6 +248,34 @@ def refusal(request: ProposalRequest, component: str, text: str, kept: list[demo
     return None
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^\s.!?])")
+# a piece that ends no sentence: an abbreviation ("e.g.") or a list marker ("1.")
+_NO_END = re.compile(r"(?:\b(?:e\.g|i\.e|vs|cf|etc|approx|no|mr|mrs|dr)\.|^\(?\w{1,3}[.)])$", re.I)
+
+
+def _sentences(text: str) -> list[str]:
+    out: list[str] = []
+    for piece in _SENTENCE_END.split(text.strip()):
+        if out and _NO_END.search(out[-1]):
+            out[-1] = f"{out[-1]} {piece}"
+        elif piece.strip():
+            out.append(piece.strip())
+    return out
+
+
+def instruction_units(text: str) -> list[str]:
+    """The units a trim may drop: the non-empty lines of a text of several lines, else its sentences."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return list(dict.fromkeys(lines if len(lines) > 1 else _sentences(text)))
+
+
+def drop_unit(text: str, unit: str) -> str:
+    """`text` without `unit` (a line of it, or a sentence), the rest of its layout kept."""
+    if len([line for line in text.splitlines() if line.strip()]) > 1:
+        return "\n".join(line for line in text.splitlines() if line.strip() != unit).strip()
+    return " ".join(u for u in _sentences(text) if u != unit)
+
+
 @builtin("proposer", "rewrite")
 @dataclass(frozen=True)
 class Rewrite(Knobs, Proposer):
@@ -255,10 +286,18 @@ class Rewrite(Knobs, Proposer):
     max_tokens: int = knob(700, "Longest reflection answer (tokens); doubled after an answer cut off.", ge=1)
     prompt_chars: int = knob(6000, "Longest reflection prompt (characters; long traces are cut).", ge=1)
 
-    async def propose(self, request: ProposalRequest) -> dict[str, str] | None:
+    trim: float = knob(0.25, "The share of proposals that drop one sentence (or line) of the parent's instruction "
+                       "instead of asking the reflection LM; each unit is dropped once per parent (0: never).",
+                       ge=0, le=1)
+
+    async def propose(self, request: ProposalRequest) -> Proposal | dict[str, str] | None:
         if all(r.score.value >= request.config.perfect_score for r in request.runs):
             request.services.count(Outcome.PARENT_PERFECT)
             return None
+        if self.trim and len(request.components) == 1 and request.rng.random() < self.trim:
+            proposal = self._trim(request, request.components[0])
+            if proposal is not None:
+                return proposal
         texts = {}
         for component in request.components:
             examples = reflective_examples(request.runs, component, request.examples)
@@ -266,6 +305,31 @@ class Rewrite(Knobs, Proposer):
             if text is not None:
                 texts[component] = text
         return texts or None
+
+    def _trim(self, request: ProposalRequest, component: str) -> Proposal | None:
+        """The parent's instruction without one of its units not dropped before (chosen by `request.rng`), tested
+        like a rewrite; None for an artifact, a one-unit instruction, or when every unit was dropped once. A small
+        task model may do better with less said (an answer format that cuts its reasoning short, say), and no
+        reflection LM writes the shorter text: it rewrites and adds."""
+        if request.description(component):
+            return None
+        current, kept = parts(request.config, request.parent[component])
+        units = instruction_units(current)
+        key = (request.parent.id, component)
+        done = request.state.memory.of(TRIMMED).get(key, [])
+        left = [u for u in units if u not in done]
+        if len(units) < 2 or not left:
+            return None
+        unit = request.rng.choice(left)
+        text = demos.join(drop_unit(current, unit), kept)
+
+        def remember() -> None:
+            request.state.memory.of(TRIMMED).setdefault(key, []).append(unit)
+
+        request.services.later(remember)
+        if request.services.tried(request.parent.replace(component, text)):
+            return None
+        return Proposal({component: text}, rule=f"dropped: {unit}", origin="trim")
 
     async def rewrite(self, request: ProposalRequest, component: str, examples: list[ReflectionExample]
                       ) -> str | None:
@@ -391,7 +455,7 @@ class Edit(Knobs, Proposer):
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         if not self._edits(st, request.components):
-            return await Rewrite(self.max_tokens, self.prompt_chars).propose(request)
+            return await Rewrite(self.max_tokens, self.prompt_chars, trim=0.0).propose(request)
         (component,) = request.components
         if self.drafts(request):
             return await self._draft(request, component)
@@ -558,9 +622,11 @@ class Auto(Knobs):
     rule_max_tokens: int | None = knob(None, "edit's rule_max_tokens.", ge=1)
     max_tokens: int | None = knob(None, "rewrite's (and edit's) max_tokens.", ge=1)
     prompt_chars: int | None = knob(None, "rewrite's (and edit's) prompt_chars.", ge=1)
+    trim: float | None = knob(None, "rewrite's trim.", ge=0, le=1)
 
     def bind(self, config: Any) -> Rewrite:
-        rewrite = {k: v for k, v in self.knobs().items() if k in ("max_tokens", "prompt_chars") and v is not None}
+        rewrite = {k: v for k, v in self.knobs().items()
+                   if k in ("max_tokens", "prompt_chars", "trim") and v is not None}
         return Rewrite(**rewrite)
 
 
@@ -658,7 +724,9 @@ class FewShot(Knobs, Proposer):
                 return counted(proposal, tests["demo"]) if tests is not None else proposal
         answer = await self._inner.propose(request)
         other = as_proposal(answer, request) if tests is not None else None
-        return counted(other, tests["other"]) if tests is not None and other is not None else answer
+        if tests is None or other is None or other.origin == "trim":  # (a trim is no rewrite: its tests are apart)
+            return answer
+        return counted(other, tests["other"])
 
     def _sources(self, request: ProposalRequest) -> set[str]:
         """The training examples a demonstration may come from: never a validation example (it would be scored

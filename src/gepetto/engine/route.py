@@ -32,6 +32,7 @@ ROUTES: dict[str, dict[str, str]] = {
 }
 # the auto proposer's parameters that only the edit proposer reads (they do nothing on the rewrite route)
 EDIT_ONLY = ("rules", "definitions", "evidence", "gate_solved", "rule_max_tokens")
+REWRITE_ONLY = ("trim",)  # and the one only the rewrite proposer reads (the edit proposer never trims)
 SHORT_SHARE = 0.6  # the share of the seed's outputs that must be answers of the set for the labels route
 
 
@@ -98,9 +99,14 @@ def settle(cfg: EngineConfig, route: Route) -> tuple[EngineConfig, Route]:
 
 def idle_options(asked: EngineConfig, settled: EngineConfig) -> list[str]:
     """Parameters given to the auto proposer (`asked`) that cannot act with the proposer the route chose
-    (`settled`): the edit proposer's, other than its defaults, with the rewrite proposer; for a warning."""
-    if asked.proposer_name != AUTO or settled.proposer_name != "rewrite":
+    (`settled`): the edit proposer's, other than its defaults, with the rewrite proposer, and rewrite's `trim`
+    with the edit proposer; for a warning."""
+    if asked.proposer_name != AUTO:
+        return []
+    given = parse_spec(asked.proposer)[1]
+    if settled.proposer_name == "edit":
+        return [k for k in REWRITE_ONLY if given.get(k) is not None]
+    if settled.proposer_name != "rewrite":
         return []
     defaults = {f.name: f.default for f in knob_fields(strategy_class("proposer", "edit"))}
-    given = parse_spec(asked.proposer)[1]
     return [k for k in EDIT_ONLY if given.get(k) is not None and given[k] != defaults[k]]

@@ -1,0 +1,96 @@
+"""Trim proposals: the rewrite proposer sometimes drops one sentence (or line) of the parent's instruction, with no
+reflection call, so that a sentence that hurts the task model can go (no reflection LM writes the shorter text)."""
+
+import re
+import warnings
+
+import gepetto
+from gepetto import events as ev
+from gepetto.engine.proposers import drop_unit, instruction_units
+from gepetto.testing import ScriptedLM
+from gepetto.types import Example
+
+SEED = "Work out the sum. Reply with the first number you see."
+
+
+def test_units_are_lines_or_sentences_and_an_abbreviation_or_list_marker_ends_none():
+    assert instruction_units(SEED) == ["Work out the sum.", "Reply with the first number you see."]
+    assert drop_unit(SEED, "Reply with the first number you see.") == "Work out the sum."
+    text = "Find the city, e.g. Paris. Return JSON! 1. Read it. Done?"
+    assert instruction_units(text) == ["Find the city, e.g. Paris.", "Return JSON!", "1. Read it.", "Done?"]
+    lines = "Steps:\n1. Read. Then think.\n\nAnswer: <n>"
+    assert instruction_units(lines) == ["Steps:", "1. Read. Then think.", "Answer: <n>"]
+    assert drop_unit(lines, "1. Read. Then think.") == "Steps:\n\nAnswer: <n>"
+    assert instruction_units("One sentence only.") == ["One sentence only."]
+
+
+def _examples(n, prefix):
+    return [Example({"question": f"{i} + {i + 7}"}, gold=str(2 * i + 7), id=f"{prefix}-{i}") for i in range(n)]
+
+
+def _solver(messages, params):
+    """A task LM that sums the question unless told to reply with the first number (then it does that)."""
+    system, user = messages[0]["content"], messages[-1]["content"]
+    a, b = map(int, re.findall(r"\d+", user)[-2:])
+    return str(a) if "first number" in system else str(a + b)
+
+
+def _adder(messages, params):
+    """A reflection LM that only ever adds to the instruction it is shown (as small ones do)."""
+    current = re.search(r"```\n(.*?)\n```", messages[-1]["content"], re.S)
+    return f"```\n{current.group(1) if current else SEED} Be careful.\n```"
+
+
+def _metric(example, output, trace):
+    if str(output).strip() == example.gold:
+        return gepetto.Score(1.0, f"Correct: the answer is '{example.gold}'.")
+    return gepetto.Score(0.0, f"Incorrect: answered '{output}', the correct answer is '{example.gold}'.")
+
+
+def _run(**options):
+    events = []
+    result = gepetto.optimize(SEED, _examples(20, "train"), _metric, valset=_examples(10, "val"),
+                              task_lm=ScriptedLM(_solver), reflection_lm=ScriptedLM(_adder), budget=120,
+                              fewshot=0, callbacks=events.append, **options)
+    return result, events
+
+
+def test_the_default_drops_the_sentence_that_hurts_where_reflection_only_adds():
+    result, events = _run()
+    (chosen,) = [e for e in events if isinstance(e, ev.RouteChosen)]
+    assert chosen.name == "rewrite"
+    trims = [e for e in events if isinstance(e, ev.ProposalTested) and e.origin == "trim"]
+    assert trims and all(e.rule.startswith("dropped: ") for e in trims)
+    assert result.best_score == 1.0 and result.best_candidate["instruction"] == "Work out the sum."
+    assert next(c for c in result.candidates if c.candidate == result.best_candidate).origin == "trim"
+    # each unit of a parent is dropped once: no trim child is tested twice
+    assert len({e.text for e in trims}) == len(trims)
+
+    off, events = _run(proposer="auto(trim=0)")
+    assert not [e for e in events if isinstance(e, ev.ProposalTested) and e.origin == "trim"]
+    assert off.best_score == 0.0 and "first number" in off.best_candidate["instruction"]
+
+
+def test_trim_given_to_the_auto_proposer_warns_on_the_labels_route():
+    labels = ["a", "b"]
+    train = [Example({"m": f"m{i}"}, gold=labels[i % 2], id=f"t{i}") for i in range(12)]
+    val = [Example({"m": f"v{i}"}, gold=labels[i % 2], id=f"v{i}") for i in range(6)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gepetto.optimize("Answer a or b. Be short.", train, _metric, valset=val, task_lm=ScriptedLM(lambda m, p: "a"),
+                         reflection_lm=ScriptedLM(lambda m, p: "<rule></rule>"), budget=30, proposer="auto(trim=0.5)")
+    said = [str(w.message) for w in caught if "no effect" in str(w.message)]
+    assert said == ["trim has no effect with the edit proposer the route chose"]
+
+
+def test_a_run_with_trims_stopped_and_resumed_ends_as_the_uninterrupted_one(tmp_path):
+    def stored(storage, stop=None):
+        return _run(storage=storage, run="r", stop=stop, seed=3)
+
+    whole, _ = stored(tmp_path / "whole.sqlite")
+    storage = tmp_path / "s.sqlite"
+    _, first = stored(storage, stop=lambda s: "stop" if s.iteration >= 3 else None)
+    assert [e for e in first if isinstance(e, ev.ProposalTested) and e.origin == "trim"]  # (trims before the stop)
+    again, _ = stored(storage)
+    timeless = {"wall_seconds": 0, "ledger": 0}
+    assert again.to_dict() | timeless == whole.to_dict() | timeless
