@@ -94,3 +94,14 @@ def test_a_run_with_trims_stopped_and_resumed_ends_as_the_uninterrupted_one(tmp_
     again, _ = stored(storage)
     timeless = {"wall_seconds": 0, "ledger": 0}
     assert again.to_dict() | timeless == whole.to_dict() | timeless
+
+
+def test_the_report_shows_a_trim_child_as_one(tmp_path):
+    from gepetto.report import render_report
+    from gepetto.store.snapshot import run_snapshot
+    from gepetto.store.sqlite import RunStore
+
+    _run(storage=tmp_path / "s.sqlite", run="r")
+    page = render_report(run_snapshot(RunStore(tmp_path / "s.sqlite"), "r"))
+    assert '<circle class="pt trim' in page and "pink trim" in page
+    assert "a sentence dropped, no reflection" in page and "dropped: Reply with the first number you see." in page

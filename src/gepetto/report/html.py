@@ -485,7 +485,8 @@ def _chart_svg(view: _View) -> str:
 
 
 def _progress_section(view: _View) -> str:
-    demo = "teal demonstration, " if any(c.get("origin") == "demo" for c in view.cands) else ""
+    origins = {c.get("origin") for c in view.cands}
+    demo = ("teal demonstration, " if "demo" in origins else "") + ("pink trim, " if "trim" in origins else "")
     return ('<section class="card" id="progress"><h2>Best validation score over rollouts</h2>'
             '<div class="sub">Line: best mean validation score so far. Dots: each candidate when it was added '
             f'(grey seed, blue reflection, {demo}purple merge, gold best); click one to inspect it.</div>'
@@ -590,6 +591,8 @@ def _transcript_html(n: int, t: Mapping[str, Any]) -> str:
                     f'{_score(test.get("minibatch_after"), 2)}')
         if test.get("origin") == "demo":
             bits.append("a demonstration added, no reflection")
+        elif test.get("origin") == "trim":
+            bits.append("a sentence dropped, no reflection")
     body = "".join(_attempt_html(a) for a in attempts)
     if test is not None:
         rule = (f'<div class="lbl">rule</div><pre class="box">{_e(test.get("rule"))}</pre>' if test.get("rule")
