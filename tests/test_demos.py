@@ -293,7 +293,8 @@ def test_a_rewrite_keeps_the_demonstrations_and_is_no_echo_of_them(fewshot):
     engine = build_engine({"instruction": seed}, train, _metric, valset=_examples("v", 8),
                           program=single_instruction(), reflection_lm=reflection, budget=40,
                           task_lm=ScriptedLM(lambda m, p: Completion("other", finish_reason="stop")),  # all wrong
-                          merge="off", seed=0, fewshot=f"fewshot(k={fewshot}, share=0.0)", callbacks=seen.append)
+                          merge="off", seed=0, fewshot=f"fewshot(k={fewshot}, share=0.0)", callbacks=seen.append,
+                          proposer="auto(trim=0)" if not fewshot else "auto")  # (no trims of the seed's lines)
     result = asyncio.run(engine.run())
     answers = [e for e in seen if isinstance(e, ReflectionAnswered)]
     assert answers

@@ -61,6 +61,8 @@ def test_the_default_drops_the_sentence_that_hurts_where_reflection_only_adds():
     assert chosen.name == "rewrite"
     trims = [e for e in events if isinstance(e, ev.ProposalTested) and e.origin == "trim"]
     assert trims and all(e.rule.startswith("dropped: ") for e in trims)
+    first = next(e for e in events if isinstance(e, ev.ProposalTested))
+    assert first.origin == "trim" and first.parent == 0  # the seed's units go first
     assert result.best_score == 1.0 and result.best_candidate["instruction"] == "Work out the sum."
     assert next(c for c in result.candidates if c.candidate == result.best_candidate).origin == "trim"
     # each unit of a parent is dropped once: no trim child is tested twice

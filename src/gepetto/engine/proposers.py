@@ -62,6 +62,7 @@ DRAFTED: MemoryKey[dict[str, int]] = MemoryKey("edit.drafted", dict)
 DEMO_TESTS: MemoryKey[dict[str, list[int]]] = MemoryKey("fewshot.tests", lambda: {"demo": [0, 0], "other": [0, 0]})
 # {(candidate id, component): the units (sentences or lines) of its instruction a trim proposal dropped}
 TRIMMED: MemoryKey[dict[tuple[str, str], list[str]]] = MemoryKey("rewrite.trimmed", dict)
+SEED_TRIMS = 4  # the rewrite proposer's first proposals on the seed drop this many of its units, one each
 
 
 class ProposalServices(Protocol):
@@ -287,14 +288,15 @@ class Rewrite(Knobs, Proposer):
     prompt_chars: int = knob(6000, "Longest reflection prompt (characters; long traces are cut).", ge=1)
 
     trim: float = knob(0.25, "The share of proposals that drop one sentence (or line) of the parent's instruction "
-                       "instead of asking the reflection LM; each unit is dropped once per parent (0: never).",
-                       ge=0, le=1)
+                       "instead of asking the reflection LM; each unit is dropped once per parent, the seed's "
+                       "first (0: never).", ge=0, le=1)
 
     async def propose(self, request: ProposalRequest) -> Proposal | dict[str, str] | None:
         if all(r.score.value >= request.config.perfect_score for r in request.runs):
             request.services.count(Outcome.PARENT_PERFECT)
             return None
-        if self.trim and len(request.components) == 1 and request.rng.random() < self.trim:
+        if self.trim and len(request.components) == 1 and (self._seed_first(request)
+                                                           or request.rng.random() < self.trim):
             proposal = self._trim(request, request.components[0])
             if proposal is not None:
                 return proposal
@@ -305,6 +307,15 @@ class Rewrite(Knobs, Proposer):
             if text is not None:
                 texts[component] = text
         return texts or None
+
+    @staticmethod
+    def _seed_first(request: ProposalRequest) -> bool:
+        """Whether this proposal is one of the first SEED_TRIMS, which drop a unit of the seed: a user's seed is
+        short and may say what hurts."""
+        if request.parent_index != 0:
+            return False
+        done = request.state.memory.of(TRIMMED).get((request.parent.id, request.components[0]), [])
+        return len(done) < SEED_TRIMS
 
     def _trim(self, request: ProposalRequest, component: str) -> Proposal | None:
         """The parent's instruction without one of its units not dropped before (chosen by `request.rng`), tested
