@@ -282,7 +282,9 @@ def drop_unit(text: str, unit: str) -> str:
 class Rewrite(Knobs, Proposer):
     """The paper's proposer: show the reflection LM the minibatch rollouts of one component with their feedback
     and ask for a whole new text; vet each answer (engine/reflect.py) and ask again, told why, a bounded number of
-    times. With several components, one rewrite each. A described component is an artifact, kept verbatim."""
+    times. With several components, one rewrite each. A described component is an artifact, kept verbatim.
+    A share `trim` of the proposals (and the first ones on the seed) ask no LM: they drop one sentence or line of
+    the parent's instruction (origin "trim")."""
 
     max_tokens: int = knob(700, "Longest reflection answer (tokens); doubled after an answer cut off.", ge=1)
     prompt_chars: int = knob(6000, "Longest reflection prompt (characters; long traces are cut).", ge=1)
