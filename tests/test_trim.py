@@ -9,6 +9,7 @@ from gepetto import events as ev
 from gepetto.engine.proposers import drop_unit, instruction_units
 from gepetto.testing import ScriptedLM
 from gepetto.types import Example
+from test_route import _metric  # (an exact match, with one free-text sentence)
 
 SEED = "Work out the sum. Reply with the first number you see."
 
@@ -39,12 +40,6 @@ def _adder(messages, params):
     """A reflection LM that only ever adds to the instruction it is shown (as small ones do)."""
     current = re.search(r"```\n(.*?)\n```", messages[-1]["content"], re.S)
     return f"```\n{current.group(1) if current else SEED} Be careful.\n```"
-
-
-def _metric(example, output, trace):
-    if str(output).strip() == example.gold:
-        return gepetto.Score(1.0, f"Correct: the answer is '{example.gold}'.")
-    return gepetto.Score(0.0, f"Incorrect: answered '{output}', the correct answer is '{example.gold}'.")
 
 
 def _run(**options):
