@@ -75,7 +75,7 @@ def test_trim_given_to_the_auto_proposer_warns_on_the_labels_route():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gepetto.optimize("Answer a or b. Be short.", train, _metric, valset=val, task_lm=ScriptedLM(lambda m, p: "a"),
-                         reflection_lm=ScriptedLM(lambda m, p: "<rule></rule>"), budget=30, proposer="auto(trim=0.5)")
+                         reflection_lm=ScriptedLM(lambda m, p: "<rule></rule>"), budget=30, proposer="auto(trim=2)")
     said = [str(w.message) for w in caught if "no effect" in str(w.message)]
     assert said == ["trim has no effect with the edit proposer the route chose"]
 

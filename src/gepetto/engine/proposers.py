@@ -60,9 +60,8 @@ UNANSWERED: MemoryKey[dict[tuple[str, str], set[str]]] = MemoryKey("edit.unanswe
 DRAFTED: MemoryKey[dict[str, int]] = MemoryKey("edit.drafted", dict)
 # {"demo" | "other": [passed, tested]}: the minibatch tests of each kind of proposal (adaptive few-shot)
 DEMO_TESTS: MemoryKey[dict[str, list[int]]] = MemoryKey("fewshot.tests", lambda: {"demo": [0, 0], "other": [0, 0]})
-# {(candidate id, component): the units (sentences or lines) of its instruction a trim proposal dropped}
-TRIMMED: MemoryKey[dict[tuple[str, str], list[str]]] = MemoryKey("rewrite.trimmed", dict)
-SEED_TRIMS = 4  # the rewrite proposer's first proposals on the seed drop this many of its units, one each
+# {component: the units (sentences or lines) of the seed's instruction a trim proposal dropped}
+TRIMMED: MemoryKey[dict[str, list[str]]] = MemoryKey("rewrite.trimmed", dict)
 
 
 class ProposalServices(Protocol):
@@ -283,22 +282,20 @@ class Rewrite(Knobs, Proposer):
     """The paper's proposer: show the reflection LM the minibatch rollouts of one component with their feedback
     and ask for a whole new text; vet each answer (engine/reflect.py) and ask again, told why, a bounded number of
     times. With several components, one rewrite each. A described component is an artifact, kept verbatim.
-    A share `trim` of the proposals (and the first ones on the seed) ask no LM: they drop one sentence or line of
-    the parent's instruction (origin "trim")."""
+    The first `trim` proposals on the seed ask no LM: each drops one sentence or line of its instruction (origin
+    "trim")."""
 
     max_tokens: int = knob(700, "Longest reflection answer (tokens); doubled after an answer cut off.", ge=1)
     prompt_chars: int = knob(6000, "Longest reflection prompt (characters; long traces are cut).", ge=1)
 
-    trim: float = knob(0.25, "The share of proposals that drop one sentence (or line) of the parent's instruction "
-                       "instead of asking the reflection LM; each unit is dropped once per parent, the seed's "
-                       "first (0: never).", ge=0, le=1)
+    trim: int = knob(4, "The first proposals on the seed each drop one of its sentences (or lines), up to this "
+                     "many, with no reflection call (0: none).", ge=0)
 
     async def propose(self, request: ProposalRequest) -> Proposal | dict[str, str] | None:
         if all(r.score.value >= request.config.perfect_score for r in request.runs):
             request.services.count(Outcome.PARENT_PERFECT)
             return None
-        if self.trim and len(request.components) == 1 and (self._seed_first(request)
-                                                           or request.rng.random() < self.trim):
+        if request.parent_index == 0 and len(request.components) == 1:
             proposal = self._trim(request, request.components[0])
             if proposal is not None:
                 return proposal
@@ -310,34 +307,24 @@ class Rewrite(Knobs, Proposer):
                 texts[component] = text
         return texts or None
 
-    @staticmethod
-    def _seed_first(request: ProposalRequest) -> bool:
-        """Whether this proposal is one of the first SEED_TRIMS, which drop a unit of the seed: a user's seed is
-        short and may say what hurts."""
-        if request.parent_index != 0:
-            return False
-        done = request.state.memory.of(TRIMMED).get((request.parent.id, request.components[0]), [])
-        return len(done) < SEED_TRIMS
-
     def _trim(self, request: ProposalRequest, component: str) -> Proposal | None:
-        """The parent's instruction without one of its units not dropped before (chosen by `request.rng`), tested
-        like a rewrite; None for an artifact, a one-unit instruction, or when every unit was dropped once. A small
-        task model may do better with less said (an answer format that cuts its reasoning short, say), and no
-        reflection LM writes the shorter text: it rewrites and adds."""
+        """The seed's instruction without one of its units not dropped before (chosen by `request.rng`), tested like
+        a rewrite, while fewer than `trim` were; None for an artifact or a one-unit instruction. A user's seed is
+        short and may say something that hurts a small task model (an answer format that cuts its reasoning
+        short, say), and no reflection LM writes the shorter text: it rewrites and adds."""
         if request.description(component):
             return None
         current, kept = parts(request.config, request.parent[component])
         units = instruction_units(current)
-        key = (request.parent.id, component)
-        done = request.state.memory.of(TRIMMED).get(key, [])
+        done = request.state.memory.of(TRIMMED).get(component, [])
         left = [u for u in units if u not in done]
-        if len(units) < 2 or not left:
+        if len(units) < 2 or not left or len(done) >= self.trim:
             return None
         unit = request.rng.choice(left)
         text = demos.join(drop_unit(current, unit), kept)
 
         def remember() -> None:
-            request.state.memory.of(TRIMMED).setdefault(key, []).append(unit)
+            request.state.memory.of(TRIMMED).setdefault(component, []).append(unit)
 
         request.services.later(remember)
         if request.services.tried(request.parent.replace(component, text)):
@@ -468,7 +455,7 @@ class Edit(Knobs, Proposer):
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         if not self._edits(st, request.components):
-            return await Rewrite(self.max_tokens, self.prompt_chars, trim=0.0).propose(request)
+            return await Rewrite(self.max_tokens, self.prompt_chars, trim=0).propose(request)
         (component,) = request.components
         if self.drafts(request):
             return await self._draft(request, component)
@@ -635,7 +622,7 @@ class Auto(Knobs):
     rule_max_tokens: int | None = knob(None, "edit's rule_max_tokens.", ge=1)
     max_tokens: int | None = knob(None, "rewrite's (and edit's) max_tokens.", ge=1)
     prompt_chars: int | None = knob(None, "rewrite's (and edit's) prompt_chars.", ge=1)
-    trim: float | None = knob(None, "rewrite's trim.", ge=0, le=1)
+    trim: int | None = knob(None, "rewrite's trim.", ge=0)
 
     def bind(self, config: Any) -> Rewrite:
         rewrite = {k: v for k, v in self.knobs().items()
