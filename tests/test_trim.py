@@ -1,5 +1,6 @@
-"""Trim proposals: the rewrite proposer sometimes drops one sentence (or line) of the parent's instruction, with no
-reflection call, so that a sentence that hurts the task model can go (no reflection LM writes the shorter text)."""
+"""Trim proposals: the rewrite proposer's first proposals on the seed (`trim` of them) each drop one sentence (or
+line) of it, with no reflection call, so that a sentence that hurts the task model can go (no reflection LM writes
+the shorter text)."""
 
 import re
 import warnings
@@ -46,11 +47,11 @@ def _run(**options):
     events = []
     result = gepetto.optimize(SEED, _examples(20, "train"), _metric, valset=_examples(10, "val"),
                               task_lm=ScriptedLM(_solver), reflection_lm=ScriptedLM(_adder), budget=120,
-                              fewshot=0, callbacks=events.append, **options)
+                              fewshot=0, callbacks=events.append, **{"proposer": "auto(trim=4)", **options})
     return result, events
 
 
-def test_the_default_drops_the_sentence_that_hurts_where_reflection_only_adds():
+def test_trims_drop_the_sentence_that_hurts_where_reflection_only_adds():
     result, events = _run()
     (chosen,) = [e for e in events if isinstance(e, ev.RouteChosen)]
     assert chosen.name == "rewrite"

@@ -288,8 +288,9 @@ class Rewrite(Knobs, Proposer):
     max_tokens: int = knob(700, "Longest reflection answer (tokens); doubled after an answer cut off.", ge=1)
     prompt_chars: int = knob(6000, "Longest reflection prompt (characters; long traces are cut).", ge=1)
 
-    trim: int = knob(4, "The first proposals on the seed each drop one of its sentences (or lines), up to this "
-                     "many, with no reflection call (0: none).", ge=0)
+    trim: int = knob(0, "The first proposals on the seed each drop one of its sentences (or lines), up to this "
+                     "many, with no reflection call (0: none; off by default until measured on the user's track).",
+                     ge=0)
 
     async def propose(self, request: ProposalRequest) -> Proposal | dict[str, str] | None:
         if all(r.score.value >= request.config.perfect_score for r in request.runs):
