@@ -151,11 +151,19 @@ async def _score_all(program: Program, metric: Metric, candidates: Mapping[int, 
         async with sem:
             return await run_rollout(program, metric, cand, ex, lm, cfg.task_lm_params, cfg.rollout_timeout)
 
+    order = list(candidates.items())
+    tasks = [asyncio.ensure_future(one(c, ex)) for _, c in order for ex in examples]
     try:
-        runs = {i: asyncio.gather(*(one(c, ex) for ex in examples)) for i, c in candidates.items()}
-        return {i: list(await g) for i, g in runs.items()}
+        flat = await asyncio.gather(*tasks)
+    except BaseException:  # (an LM outage, say: the other rollouts are stopped, not left running or unread)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     finally:
         await aclose_lm(lm)
+    n = len(examples)
+    return {i: list(flat[k * n:(k + 1) * n]) for k, (i, _) in enumerate(order)}
 
 
 def evaluate_stored_run(
