@@ -17,7 +17,7 @@ whether it was the first look. `clinc-home` and `clinc-auto` are locked-only tas
 them, so `run` does not score their dev test either.
 
 Usage:
-  python benchmarks/usertrack.py baselines --tasks clinc-banking ...          # trivial / seed / expert, dev test
+  python benchmarks/usertrack.py baselines --tasks clinc-banking ...  # trivial / seed / expert / empty, dev test
   python benchmarks/usertrack.py run --tasks clinc-banking --metric plain --seeds 0 1 2 [--budget 300]
   python benchmarks/usertrack.py reselect --tasks ...   # stored runs of another evidence level: today's best
   python benchmarks/usertrack.py locked --tasks ... [--label L]                # first look at the locked split
@@ -122,6 +122,8 @@ def baselines(name: str, storage: Path, split: str) -> dict[str, Any]:
     row["trivial"] = _constant(task, task.testset)
     row["seed"] = asyncio.run(_score(task, task.seed_candidate, task.testset, storage))
     row["expert"] = asyncio.run(_score(task, task.expert_candidate, task.testset, storage))
+    # no instruction at all: what the task model does on its own habits (on GSM8K more than the expert's prompt)
+    row["empty"] = asyncio.run(_score(task, Candidate({k: "" for k in task.seed_candidate}), task.testset, storage))
     return row
 
 
@@ -321,7 +323,7 @@ def table(log: Path) -> str:
                    f"{first if lk else 'not scored yet'}) | gap closed |")
         out.append("|---|---:|---:|---:|---:|")
         for key, name in (("trivial", f"trivial (`{d.get('baseline') or lk.get('baseline')}`)"), ("seed", "seed"),
-                          ("expert", "expert (hand-written)")):
+                          ("expert", "expert (hand-written)"), ("empty", "empty instruction")):
             dv, lv = d.get(key), lk.get(key)
             out.append(f"| {name} | {'-' if dv is None else f'{dv:.3f}'} | | {'-' if lv is None else f'{lv:.3f}'} | |")
         for what, rs in sorted(systems.get(task, {}).items()):
