@@ -296,7 +296,7 @@ class Rewrite(Knobs, Proposer):
         if all(r.score.value >= request.config.perfect_score for r in request.runs):
             request.services.count(Outcome.PARENT_PERFECT)
             return None
-        if request.parent_index == 0 and len(request.components) == 1:
+        if self.trim and request.parent_index == 0 and len(request.components) == 1:
             proposal = self._trim(request, request.components[0])
             if proposal is not None:
                 return proposal
