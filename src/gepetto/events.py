@@ -200,7 +200,7 @@ class PhaseStarted(Event):
 
     kind: ClassVar[str] = "phase"
     phase: Literal["minibatch", "reflection", "validation"]
-    origin: str | None = None  # validation: "seed", "reflection", "demo" or "merge"
+    origin: str | None = None  # validation: "seed", "reflection", "demo", "trim" or "merge"
     candidate: int | None = None  # minibatch: the parent's index
     component: str | None = None  # minibatch: the component to improve
 
@@ -250,7 +250,7 @@ class ProposalTested(Event):
     accepted: bool
     rule: str | None = None  # edit proposer: the rule appended, and the failure pattern it targets
     pattern: str | None = None
-    origin: str | None = None  # how the child was made when not by reflection: "demo" (a demonstration added)
+    origin: str | None = None  # how the child was made when not by reflection: "demo" or "trim"
     retested: int | None = None  # fresh examples a re-test added (accept "paired"; None: none), in the sums above
 
 

@@ -49,7 +49,7 @@ class CandidateRecord:
     index: int
     candidate: Candidate
     parents: tuple[int, ...]
-    origin: str  # "seed", "reflection", "demo" (a few-shot demonstration added) or "merge"
+    origin: str  # "seed", "reflection", "demo" (a demonstration added), "trim" (a seed sentence dropped), "merge"
     iteration: int
     component: str | None  # the component reflection rewrote (None for seed and merge)
     val_scores: dict[str, float]
