@@ -263,15 +263,19 @@ def _sentences(text: str) -> list[str]:
     return out
 
 
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def instruction_units(text: str) -> list[str]:
     """The units a trim may drop: the non-empty lines of a text of several lines, else its sentences."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = _lines(text)
     return list(dict.fromkeys(lines if len(lines) > 1 else _sentences(text)))
 
 
 def drop_unit(text: str, unit: str) -> str:
     """`text` without `unit` (a line of it, or a sentence), the rest of its layout kept."""
-    if len([line for line in text.splitlines() if line.strip()]) > 1:
+    if len(_lines(text)) > 1:
         return "\n".join(line for line in text.splitlines() if line.strip() != unit).strip()
     return " ".join(u for u in _sentences(text) if u != unit)
 
