@@ -1,6 +1,6 @@
-"""Trim proposals: the rewrite proposer's first proposals on the seed (`trim` of them) each drop one sentence (or
-line) of it, with no reflection call, so that a sentence that hurts the task model can go (no reflection LM writes
-the shorter text)."""
+"""Trims: before the search, the rewrite proposer's openings (`trim` of them) each drop one sentence (or line) of the
+seed, with no reflection call, so that a sentence that hurts the task model can go (no reflection LM writes the
+shorter text); the search after them goes as it would have gone without them."""
 
 import re
 import warnings
@@ -67,6 +67,43 @@ def test_trims_drop_the_sentence_that_hurts_where_reflection_only_adds():
     off, events = _run(proposer="auto(trim=0)")
     assert not [e for e in events if isinstance(e, ev.ProposalTested) and e.origin == "trim"]
     assert off.best_score == 0.0 and "first number" in off.best_candidate["instruction"]
+
+
+def _careless(messages, params):
+    """A task LM that needs every sentence of NEEDED (else it answers in words), and slips on some sums: the fewer,
+    the more of the CARE sentences it is given."""
+    system, user = messages[0]["content"], messages[-1]["content"]
+    a, b = map(int, re.findall(r"\d+", user)[-2:])
+    total = a + b + max(0, a % 4 - sum(c in system for c in CARE))
+    if "Work out the sum." not in system or "number only" not in system:
+        return f"The result is {total}."
+    return str(total)
+
+
+def _careful(messages, params):
+    """A reflection LM that adds the first CARE sentence the instruction lacks."""
+    text = re.search(r"<current_instruction>\n(.*?)\n</current_instruction>", messages[1]["content"], re.S).group(1)
+    return f"<new_instruction>\n{text} {next((c for c in CARE if c not in text), '')}\n</new_instruction>"
+
+
+NEEDED = "Work out the sum. Give the number only."
+CARE = ("Add carefully.", "Check the carry.", "Verify the total.")
+
+
+def test_trims_that_fail_leave_the_search_on_the_path_it_takes_without_them():
+    def tested(trim):
+        events = []
+        gepetto.optimize(NEEDED, _examples(20, "train"), _metric, valset=_examples(10, "val"),
+                         task_lm=ScriptedLM(_careless), reflection_lm=ScriptedLM(_careful), budget=150, fewshot=0,
+                         merge="off", proposer=f"auto(trim={trim})", seed=2, callbacks=events.append)
+        return [e for e in events if isinstance(e, ev.ProposalTested)]
+
+    with_trims, without = tested(2), tested(0)
+    trims = [e for e in with_trims if e.origin == "trim"]
+    assert len(trims) == 2 and not any(e.accepted for e in trims) and with_trims[:2] == trims
+    searched = with_trims[2:]
+    assert len(searched) >= 2 and any(e.accepted for e in searched)
+    assert searched == without[:len(searched)]  # (the budget the trims took ends it sooner)
 
 
 def test_trim_given_to_the_auto_proposer_warns_on_the_labels_route():

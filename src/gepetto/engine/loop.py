@@ -213,6 +213,7 @@ class Engine:
             await self._guarded(self._add_candidate(self.seed, (), "seed", None))
             if self._stop is None:
                 self._settle_route()
+                await self._guarded(self._open())
             while self._stop is None:
                 self._stop = self._check_stop(conditions)
                 if self._stop:
@@ -338,6 +339,43 @@ class Engine:
         chosen = ([p for p in ran if mistake(p[1])] + [p for p in ran if not mistake(p[1])])[:size]
         return replace(plan, batch=[e for e, _ in chosen]), [r for _, r in chosen], [e for e, _ in ran]
 
+    async def _open(self) -> None:
+        """The proposer's openings (`Proposer.openings`: rewrite's trims), before the search: each is tested against
+        the seed on one minibatch drawn for them all and validated if it passes, while its worst case fits the
+        budget. They draw on a random generator of their own and take no iteration, so the search after them goes
+        as it would have without them, less their rollouts (and from a better pool, when one passed)."""
+        cfg, st = self.config, self.state
+        rng = random.Random(f"{cfg.seed}:openings")
+        openings = self.strategies.proposer.openings(self.seed, self.components, cfg, rng)
+        batch = rng.sample(self.trainset, min(cfg.minibatch_size, len(self.trainset))) if openings else []
+        for k, proposal in enumerate(openings):
+            retests = 2 * len(batch) * self.strategies.accept.retests
+            unknown = sum(st.known(self.seed, e.id) is None for e in batch)
+            child = self.seed
+            for component, text in proposal.texts.items():
+                child = child.replace(component, text)
+            if unknown + len(batch) + retests + len(self.valset) > st.remaining:
+                break
+            if child.id in self._tried:
+                continue
+            self._tried.add(child.id)
+            component = "+".join(proposal.texts)
+            self._emit(ev.PhaseStarted("minibatch", candidate=0, component=component))
+            before = [r.score.value for r in await self._evaluate(self.seed, batch)]
+            after = [r.score.value for r in await self._evaluate(child, batch)]
+            accepted, retested = await self._accept(f"opening{k}", self.seed, child, batch, before, after)
+            self._emit(ev.ProposalTested(0, component, "\n\n".join(child[c] for c in proposal.texts), sum(before),
+                                         sum(after), accepted, proposal.rule, proposal.pattern, proposal.origin,
+                                         retested or None))
+            st.proposals[Outcome.ACCEPTED if accepted else Outcome.NOT_BETTER] += 1
+            if proposal.verdict is not None:
+                proposal.verdict(child, accepted)
+            if accepted:
+                origin = proposal.origin or "reflection"
+                scores = await self._validate_child(child, (0,), origin, component, st.iteration)
+                if scores is not None:
+                    self._commit(child, (0,), origin, component, scores, st.iteration)
+
     async def _reflective_round(self) -> None:
         """Plan up to `proposals_per_round` proposals, try them concurrently, add the accepted ones in order.
 
@@ -456,7 +494,8 @@ class Engine:
         before = [r.score.value for r in (parent_runs if test is plan.batch else await self._evaluate(parent, test))]
         after = [r.score.value for r in await self._evaluate(child, test)]
         # an empty test (the proposer asked for none): straight to validation
-        accepted, retested = await self._accept(plan, parent, child, test, before, after) if test else (True, 0)
+        accepted, retested = await self._accept(str(plan.iteration), parent, child, test, before, after) if test \
+            else (True, 0)
         text = "\n\n".join(child[c] for c in proposal.texts)
         self._emit(ev.ProposalTested(plan.parent_idx, plan.component, text, sum(before), sum(after), accepted,
                                      proposal.rule, proposal.pattern, proposal.origin, retested or None))
@@ -471,17 +510,18 @@ class Engine:
         return child, await self._validate_child(child, (plan.parent_idx,), origin, plan.component,
                                                  plan.iteration), origin
 
-    async def _accept(self, plan: _Plan, parent: Candidate, child: Candidate, test: list[Example],
+    async def _accept(self, key: str, parent: Candidate, child: Candidate, test: list[Example],
                       before: list[float], after: list[float]) -> tuple[bool, int]:
         """The acceptance strategy's verdict, and how many fresh examples its re-tests added to `before` and
-        `after` (in place). None asks for a re-test (strategies.Acceptance), within the rollouts set aside."""
+        `after` (in place). None asks for a re-test (strategies.Acceptance), within the rollouts set aside; `key`
+        (the plan's iteration) seeds the draw of their examples."""
         accept, used = self.strategies.accept, {e.id for e in test}
         verdict = accept(before, after)
         for k in range(accept.retests):
             if verdict is not None:
                 break
             fresh = retest_examples(self.trainset, used, len(test),
-                                    random.Random(f"{self.config.seed}:{plan.iteration}:retest:{k}"))
+                                    random.Random(f"{self.config.seed}:{key}:retest:{k}"))
             if not fresh:
                 break
             used |= {e.id for e in fresh}

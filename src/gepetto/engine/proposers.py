@@ -60,8 +60,6 @@ UNANSWERED: MemoryKey[dict[tuple[str, str], set[str]]] = MemoryKey("edit.unanswe
 DRAFTED: MemoryKey[dict[str, int]] = MemoryKey("edit.drafted", dict)
 # {"demo" | "other": [passed, tested]}: the minibatch tests of each kind of proposal (adaptive few-shot)
 DEMO_TESTS: MemoryKey[dict[str, list[int]]] = MemoryKey("fewshot.tests", lambda: {"demo": [0, 0], "other": [0, 0]})
-# {component: the units (sentences or lines) of the seed's instruction a trim proposal dropped}
-TRIMMED: MemoryKey[dict[str, list[str]]] = MemoryKey("rewrite.trimmed", dict)
 
 
 class ProposalServices(Protocol):
@@ -159,6 +157,14 @@ class Proposer:
         that a proposer around it (few-shot's) leaves it to this one."""
         return False
 
+    def openings(self, seed: Candidate, components: Sequence[str], config: EngineConfig, rng: random.Random
+                 ) -> list[Proposal]:
+        """Children of the seed to try before the search, written with no LM call (the rewrite proposer's trims).
+        The loop tests each against the seed on one minibatch of their own and validates those that pass; they
+        take no iteration and none of the search's random draws, so the search after them goes as it would have
+        gone without them, less their rollouts (and from a better pool, when one passed). `rng`: theirs alone."""
+        return []
+
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
         raise NotImplementedError
 
@@ -181,7 +187,8 @@ def as_proposer(obj: Any) -> Proposer:
         return obj
     if not callable(getattr(obj, "propose", None)):
         raise ConfigError(f"proposer: {type(obj).__name__} is no proposer (an async propose(request) method)")
-    declared = [name for name in ("test_size", "fits_test_room", "minibatch", "drafts") if hasattr(obj, name)]
+    declared = [name for name in ("test_size", "fits_test_room", "minibatch", "drafts", "openings")
+                if hasattr(obj, name)]
     if declared:
         raise ConfigError(f"proposer: {type(obj).__name__} has {', '.join(declared)}: derive it from "
                           "gepetto.strategies.Proposer, which declares them (an object that does not only proposes)")
@@ -286,24 +293,20 @@ class Rewrite(Knobs, Proposer):
     """The paper's proposer: show the reflection LM the minibatch rollouts of one component with their feedback
     and ask for a whole new text; vet each answer (engine/reflect.py) and ask again, told why, a bounded number of
     times. With several components, one rewrite each. A described component is an artifact, kept verbatim.
-    The first `trim` proposals on the seed ask no LM: each drops one sentence or line of its instruction (origin
-    "trim")."""
+    Before the search, `trim` openings ask no LM: each is the seed without one sentence or line of its instruction
+    (origin "trim")."""
 
     max_tokens: int = knob(700, "Longest reflection answer (tokens); doubled after an answer cut off.", ge=1)
     prompt_chars: int = knob(6000, "Longest reflection prompt (characters; long traces are cut).", ge=1)
 
-    trim: int = knob(0, "The first proposals on the seed each drop one of its sentences (or lines), up to this "
-                     "many, with no reflection call (0: none; off by default until measured on the user's track).",
-                     ge=0)
+    trim: int = knob(0, "Before the search, try the seed without one of its sentences (or lines), for up to this "
+                     "many of them, with no reflection call (0: none; off by default until measured on the user's "
+                     "track).", ge=0)
 
     async def propose(self, request: ProposalRequest) -> Proposal | dict[str, str] | None:
         if all(r.score.value >= request.config.perfect_score for r in request.runs):
             request.services.count(Outcome.PARENT_PERFECT)
             return None
-        if self.trim and request.parent_index == 0 and len(request.components) == 1:
-            proposal = self._trim(request, request.components[0])
-            if proposal is not None:
-                return proposal
         texts = {}
         for component in request.components:
             examples = reflective_examples(request.runs, component, request.examples)
@@ -312,29 +315,24 @@ class Rewrite(Knobs, Proposer):
                 texts[component] = text
         return texts or None
 
-    def _trim(self, request: ProposalRequest, component: str) -> Proposal | None:
-        """The seed's instruction without one of its units not dropped before (chosen by `request.rng`), tested like
-        a rewrite, while fewer than `trim` were; None for an artifact or a one-unit instruction. A user's seed is
-        short and may say something that hurts a small task model (an answer format that cuts its reasoning
-        short, say), and no reflection LM writes the shorter text: it rewrites and adds."""
-        if request.description(component):
-            return None
-        current, kept = parts(request.config, request.parent[component])
-        units = instruction_units(current)
-        done = request.state.memory.of(TRIMMED).get(component, [])
-        left = [u for u in units if u not in done]
-        if len(units) < 2 or not left or len(done) >= self.trim:
-            return None
-        unit = request.rng.choice(left)
-        text = demos.join(drop_unit(current, unit), kept)
-
-        def remember() -> None:
-            request.state.memory.of(TRIMMED).setdefault(component, []).append(unit)
-
-        request.services.later(remember)
-        if request.services.tried(request.parent.replace(component, text)):
-            return None
-        return Proposal({component: text}, rule=f"dropped: {unit}", origin="trim")
+    def openings(self, seed: Candidate, components: Sequence[str], config: EngineConfig, rng: random.Random
+                 ) -> list[Proposal]:
+        """Trims: per component, the seed's instruction without one of its units, for up to `trim` units drawn by
+        `rng` (none for an artifact or a one-unit instruction). A user's seed is short and may say something that
+        hurts a small task model (an answer format that cuts its reasoning short, say), and no reflection LM writes
+        the shorter text: it rewrites and adds."""
+        trims = []
+        for component in components if self.trim else ():
+            if (config.component_descriptions or {}).get(component):
+                continue
+            current, kept = parts(config, seed[component])
+            units = instruction_units(current)
+            if len(units) < 2:
+                continue
+            for unit in rng.sample(units, min(self.trim, len(units))):
+                trims.append(Proposal({component: demos.join(drop_unit(current, unit), kept)}, rule=f"dropped: {unit}",
+                                      origin="trim"))
+        return trims
 
     async def rewrite(self, request: ProposalRequest, component: str, examples: list[ReflectionExample]
                       ) -> str | None:
@@ -460,7 +458,7 @@ class Edit(Knobs, Proposer):
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         if not self._edits(st, request.components):
-            return await Rewrite(self.max_tokens, self.prompt_chars, trim=0).propose(request)
+            return await Rewrite(self.max_tokens, self.prompt_chars).propose(request)
         (component,) = request.components
         if self.drafts(request):
             return await self._draft(request, component)
@@ -712,6 +710,10 @@ class FewShot(Knobs, Proposer):
     def drafts(self, request: ProposalRequest) -> bool:
         return self._inner.drafts(request)
 
+    def openings(self, seed: Candidate, components: Sequence[str], config: EngineConfig, rng: random.Random
+                 ) -> list[Proposal]:
+        return self._inner.openings(seed, components, config, rng)
+
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:
         described = [c for c in request.components if request.description(c)]
         first_draft = self._inner.drafts(request)  # the edit proposer's first draft of the rules goes first
@@ -729,7 +731,7 @@ class FewShot(Knobs, Proposer):
                 return counted(proposal, tests["demo"]) if tests is not None else proposal
         answer = await self._inner.propose(request)
         other = as_proposal(answer, request) if tests is not None else None
-        if tests is None or other is None or other.origin == "trim":  # (a trim is no rewrite: its tests are apart)
+        if tests is None or other is None:
             return answer
         return counted(other, tests["other"])
 
