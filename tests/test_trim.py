@@ -46,8 +46,8 @@ def _adder(messages, params):
 def _run(**options):
     events = []
     result = gepetto.optimize(SEED, _examples(20, "train"), _metric, valset=_examples(10, "val"),
-                              task_lm=ScriptedLM(_solver), reflection_lm=ScriptedLM(_adder), budget=120,
-                              fewshot=0, callbacks=events.append, **{"proposer": "auto(trim=4)", **options})
+                              task_lm=ScriptedLM(_solver), reflection_lm=ScriptedLM(_adder), fewshot=0,
+                              callbacks=events.append, **{"proposer": "auto(trim=4)", "budget": 120, **options})
     return result, events
 
 
@@ -140,3 +140,12 @@ def test_the_report_shows_a_trim_child_as_one(tmp_path):
     page = render_report(run_snapshot(RunStore(tmp_path / "s.sqlite"), "r"))
     assert '<circle class="pt trim' in page and "pink trim" in page
     assert "a sentence dropped, no reflection" in page and "dropped: Reply with the first number you see." in page
+
+
+def test_a_trim_whose_worst_case_does_not_fit_the_budget_is_not_tried():
+    result, events = _run(budget=10 + 3 + 3 + 9)  # the seed's validation, then one trim's test and validation, less one
+    assert not [e for e in events if isinstance(e, ev.ProposalTested)]
+    assert result.rollouts_used <= 25
+    result, events = _run(budget=10 + 3 + 3 + 10)
+    assert len([e for e in events if isinstance(e, ev.ProposalTested) and e.origin == "trim"]) == 1
+    assert result.rollouts_used <= 26
