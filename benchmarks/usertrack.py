@@ -60,6 +60,13 @@ LOCKED_ONLY = {"clinc-home", "clinc-auto"}
 # task loader options: each task's fixed splits (data seed 0) and, for the new task types, their expert form
 TASK_OPTIONS: dict[str, dict[str, Any]] = {"snips-weather": {"expert_form": "examples"}}
 LOG = Path("benchmarks/results/usertrack.jsonl.gz")  # gzip members appended, one per write
+# what the labels of variant rows stand for (dev split only; the table lists those it shows)
+LABELS = {
+    "trim2": "trim proposals inside the search: the seed's units first, then a 0.25 share on later parents (2586a8d)",
+    "trim3": "trim proposals inside the search, the seed's units only, up to 4 (d6b128b)",
+    "open4": "trims as openings before the search, up to 4 (`--set proposer=auto(trim=4)`, 787a175)",
+    "ctl": "the default re-run at open4's commit (787a175): its control, seed by seed",
+}
 
 
 def task_of(name: str, split: str) -> Any:
@@ -315,6 +322,9 @@ def table(log: Path) -> str:
            "`builtin` (the task's own). Mean ± sd (number of seeds). The dev test split decided things; the locked "
            "split is scored once, when the issue closes: its column says whether that was the first look. Gap closed "
            "= (mean - seed) / (expert - seed) on the same split."]
+    shown = sorted({r["label"] for r in rows if r.get("label") in LABELS})
+    if shown:
+        out.append("\nVariants (named in brackets): " + "; ".join(f"`{k}`, {LABELS[k]}" for k in shown) + ".")
     for task in sorted(set(dev) | set(lock) | set(systems)):
         d, lk = dev.get(task, {}), lock.get(task, {})
         first = "first look" if lk.get("first_look") else "looked at before"
