@@ -93,17 +93,20 @@ CARE = ("Add carefully.", "Check the carry.", "Verify the total.")
 def test_trims_that_fail_leave_the_search_on_the_path_it_takes_without_them():
     def tested(trim):
         events = []
-        gepetto.optimize(NEEDED, _examples(20, "train"), _metric, valset=_examples(10, "val"),
+        used[trim] = gepetto.optimize(NEEDED, _examples(20, "train"), _metric, valset=_examples(20, "val"),
                          task_lm=ScriptedLM(_careless), reflection_lm=ScriptedLM(_careful), budget=150, fewshot=0,
-                         merge="off", proposer=f"auto(trim={trim})", seed=2, callbacks=events.append)
+                         merge="off", proposer=f"auto(trim={trim})", seed=2, callbacks=events.append).rollouts_used
         return [e for e in events if isinstance(e, ev.ProposalTested)]
 
+    used: dict[int, int] = {}
     with_trims, without = tested(2), tested(0)
     trims = [e for e in with_trims if e.origin == "trim"]
     assert len(trims) == 2 and not any(e.accepted for e in trims) and with_trims[:2] == trims
     searched = with_trims[2:]
     assert len(searched) >= 2 and any(e.accepted for e in searched)
     assert searched == without[:len(searched)]  # (the budget the trims took ends it sooner)
+    # each trim was cut once it was behind the seed on the validation examples it ran (chunks of 5, of 20)
+    assert searched == without and used[2] - used[0] <= 2 * 10
 
 
 def test_trim_given_to_the_auto_proposer_warns_on_the_labels_route():
@@ -143,9 +146,9 @@ def test_the_report_shows_a_trim_child_as_one(tmp_path):
 
 
 def test_a_trim_whose_worst_case_does_not_fit_the_budget_is_not_tried():
-    result, events = _run(budget=10 + 3 + 3 + 9)  # the seed's validation, then one trim's test and validation, less one
+    result, events = _run(budget=10 + 9)  # the seed's validation, then one trim's validation, less one
     assert not [e for e in events if isinstance(e, ev.ProposalTested)]
-    assert result.rollouts_used <= 25
-    result, events = _run(budget=10 + 3 + 3 + 10)
+    assert result.rollouts_used <= 19
+    result, events = _run(budget=10 + 10)
     assert len([e for e in events if isinstance(e, ev.ProposalTested) and e.origin == "trim"]) == 1
-    assert result.rollouts_used <= 26
+    assert result.rollouts_used <= 20

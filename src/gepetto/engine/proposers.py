@@ -160,9 +160,10 @@ class Proposer:
     def openings(self, seed: Candidate, components: Sequence[str], config: EngineConfig, rng: random.Random
                  ) -> list[Proposal]:
         """Children of the seed to try before the search, written with no LM call (the rewrite proposer's trims).
-        The loop tests each against the seed on one minibatch of their own and validates those that pass; they
-        take no iteration and none of the search's random draws, so the search after them goes as it would have
-        gone without them, less their rollouts (and from a better pool, when one passed). `rng`: theirs alone."""
+        The loop runs each on the validation examples in chunks, cuts it once it is behind the seed and adds it to
+        the pool when it is ahead on all of them; they take no iteration and none of the search's random draws, so
+        the search after them goes as it would have gone without them, less their rollouts (and from a better pool,
+        when one passed). `rng`: theirs alone."""
         return []
 
     async def propose(self, request: ProposalRequest) -> Proposal | Mapping[str, str] | None:

@@ -592,7 +592,7 @@ def _transcript_html(n: int, t: Mapping[str, Any]) -> str:
         if test.get("origin") == "demo":
             bits.append("a demonstration added, no reflection")
         elif test.get("origin") == "trim":
-            bits.append("a sentence dropped, no reflection")
+            bits.append("a sentence dropped, no reflection, tested on validation examples")
     body = "".join(_attempt_html(a) for a in attempts)
     if test is not None:
         rule = (f'<div class="lbl">rule</div><pre class="box">{_e(test.get("rule"))}</pre>' if test.get("rule")
