@@ -65,7 +65,10 @@ LABELS = {
     "trim2": "trim proposals inside the search: the seed's units first, then a 0.25 share on later parents (2586a8d)",
     "trim3": "trim proposals inside the search, the seed's units only, up to 4 (d6b128b)",
     "open4": "trims as openings before the search, up to 4 (`--set proposer=auto(trim=4)`, 787a175)",
-    "ctl": "the default re-run at open4's commit (787a175): its control, seed by seed",
+    "val4": "trims as openings raced on the validation examples against the seed, up to 4 (`--set "
+            "proposer=auto(trim=4)`, f4590fd)",
+    "ctl": "the default re-run at open4's commit (787a175; the default's path is the same at val4's): the control of "
+           "both, seed by seed",
 }
 
 
