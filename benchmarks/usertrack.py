@@ -257,10 +257,11 @@ def read_log(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def locked(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
+def locked(name: str, storage: Path, log: Path, label: str | None = None) -> list[dict[str, Any]]:
     """The first look at the locked split: the baselines, then every stored run's best candidate of this task in
-    the log (and the rows of `extra` candidates: the recipe's and the earlier default's stored best prompts). A
-    candidate already scored there is not scored again, so every locked row written is a first look."""
+    the log (and the rows of `extra` candidates: the recipe's and the earlier default's stored best prompts), or
+    with `label`, only those of the runs of that label. A candidate already scored there is not scored again, so
+    every locked row written is a first look."""
     task = task_of(name, "locked")
     rows = read_log(log)
     looked = {r.get("key") for r in rows if r["kind"] == "locked" and r["task"] == name}
@@ -269,7 +270,8 @@ def locked(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
         out.append({**baselines(name, storage, "locked"), "kind": "locked-baselines", "first_look": True})
     for r in rows:
         key = _key(r.get("best"))
-        if r["kind"] in ("run", "gepa", "candidate") and r["task"] == name and key not in looked:
+        if r["kind"] in ("run", "gepa", "candidate") and r["task"] == name and key not in looked and (
+                label is None or (r["kind"] == "run" and r.get("label", "") == label)):
             looked.add(key)
             score = asyncio.run(_score(task, Candidate(r["best"]), task.testset, storage))
             out.append({"kind": "locked", "task": name, "of": r.get("run") or r.get("label"), "metric": r.get("metric"),
@@ -394,7 +396,9 @@ def main() -> None:
         return
     for name in args.tasks:
         if args.what in ("locked", "reselect"):
-            for row in (locked if args.what == "locked" else reselect)(name, storage, log):
+            found = locked(name, storage, log, args.label or None) if args.what == "locked" else \
+                reselect(name, storage, log)
+            for row in found:
                 write(row)
         elif args.what == "baselines":
             if name in LOCKED_ONLY:
