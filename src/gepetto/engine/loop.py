@@ -344,7 +344,7 @@ class Engine:
         """The proposer's openings (`Proposer.openings`: rewrite's trims), before the search. Each runs the validation
         examples in chunks, in one order drawn for them all, and is cut as soon as it scores less than the seed on
         those it ran; it joins the pool when it scores more on all of them (the seed's are known: a child that is
-        not cut pays only its validation). A few training examples would seldom show a gain such as 0.03 -> 0.23.
+        not cut pays only its validation): a few training examples seldom show a gain where the seed solves few.
         They draw on a random generator of their own and take no iteration, so the search after them goes as it
         would have without them, less their rollouts (and from a better pool, when one passed)."""
         cfg, st = self.config, self.state
