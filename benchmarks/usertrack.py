@@ -19,7 +19,7 @@ them, so `run` does not score their dev test either.
 Usage:
   python benchmarks/usertrack.py baselines --tasks clinc-banking ...  # trivial / seed / expert / empty, dev test
   python benchmarks/usertrack.py run --tasks clinc-banking --metric plain --seeds 0 1 2 [--budget 300]
-  python benchmarks/usertrack.py reselect --tasks ...   # stored runs of another evidence level: today's best
+  python benchmarks/usertrack.py reselect --tasks ...   # stored runs of another best rule: today's best
   python benchmarks/usertrack.py locked --tasks ... [--label L]                # first look at the locked split
   python benchmarks/usertrack.py table
 
@@ -60,6 +60,8 @@ LOCKED_ONLY = {"clinc-home", "clinc-auto"}
 # task loader options: each task's fixed splits (data seed 0) and, for the new task types, their expert form
 TASK_OPTIONS: dict[str, dict[str, Any]] = {"snips-weather": {"expert_form": "examples"}}
 LOG = Path("benchmarks/results/usertrack.jsonl.gz")  # gzip members appended, one per write
+# the rule that chose a run's best (rows before it have none: "seed", the best had to beat the seed only)
+BEST_RULE = "chain"  # engine/pareto.py: a new best beats the seed and the best before it
 # what the labels of variant rows stand for (dev split only; the table lists those it shows)
 LABELS = {
     "trim2": "trim proposals inside the search: the seed's units first, then a 0.25 share on later parents (2586a8d)",
@@ -169,7 +171,7 @@ def run(name: str, metric: str, seed: int, budget: int, storage: Path, options: 
         "candidates": len(result.candidates), "proposals": {str(k): v for k, v in result.proposals.items()},
         "reflections": counts["reflections"], "usable": counts["usable"], "route": counts["route"],
         "seconds": round(seconds), "stop_message": result.stop_message, "best": dict(result.best_candidate),
-        "run": run_name(name, metric, seed, label), "evidence_level": EVIDENCE_LEVEL,
+        "run": run_name(name, metric, seed, label), "evidence_level": EVIDENCE_LEVEL, "best_rule": BEST_RULE,
     }
     if name not in LOCKED_ONLY:
         row["dev_test"] = asyncio.run(_score(task, result.best_candidate, task.testset, storage))
@@ -177,23 +179,30 @@ def run(name: str, metric: str, seed: int, budget: int, storage: Path, options: 
 
 
 def reselect(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
-    """Each stored run of this task logged at another evidence level, with the best the current rule returns.
-    The level decides only which candidate is returned (no default stop condition reads the best), so a run that
-    ended on its budget searched exactly as it would now: its candidates are the same, its best is re-chosen."""
+    """Each stored run of this task logged under another best rule (or evidence level), with the best the current
+    rule returns. The rule decides only which candidate is returned (no default stop condition reads the best), so
+    a run that ended on its budget searched exactly as it would now: its candidates are the same, its best is
+    re-chosen."""
     from gepetto.store.sqlite import RunStore
 
     store, out = RunStore(storage), []
     latest = {r["run"]: r for r in read_log(log) if r["kind"] == "run" and r["task"] == name}
     for r in latest.values():
-        if r.get("evidence_level", 0.2) == EVIDENCE_LEVEL or not str(r.get("stop_message")).startswith("budget"):
+        rule = (r.get("evidence_level", 0.2), r.get("best_rule", "seed"))
+        if rule == (EVIDENCE_LEVEL, BEST_RULE) or not str(r.get("stop_message")).startswith("budget"):
             continue
         cands = store.candidates(r["run"])
+        if not cands:
+            print(f"{r['run']}: not in {storage}, not re-chosen", file=sys.stderr)
+            continue
         i = best_index([c["mean"] for c in cands], evidence([c["val_scores"] for c in cands]))
         assert i is not None
         row = {k: v for k, v in r.items() if k not in ("command", "date", "commit", "machine")}
         row.update(best=cands[i]["texts"], best_val=cands[i]["mean"], evidence_level=EVIDENCE_LEVEL,
-                   reselected={"commit": r.get("commit"), "evidence_level": r.get("evidence_level", 0.2),
-                               "best_val": r["best_val"], "same": cands[i]["texts"] == r["best"]})
+                   best_rule=BEST_RULE, reselected={
+                       "commit": r.get("commit"), "evidence_level": rule[0], "best_rule": rule[1],
+                       "best_val": r["best_val"], "dev_test": r.get("dev_test"),
+                       "same": cands[i]["texts"] == r["best"]})
         if name not in LOCKED_ONLY and cands[i]["texts"] != r["best"]:
             task = task_of(name, "dev")
             row["dev_test"] = asyncio.run(_score(task, Candidate(cands[i]["texts"]), task.testset, storage))
@@ -310,7 +319,7 @@ def table(log: Path) -> str:
         if r["kind"] == "run":
             what = f"gepetto default, {r['metric']} metric" + (f" ({r['label']})" if r.get("label") else "") + (
                 f" (evidence level {r.get('evidence_level', 0.2)})" if r.get("evidence_level") != EVIDENCE_LEVEL
-                else "")
+                else "") + (" (best: beats the seed only)" if r.get("best_rule", "seed") != BEST_RULE else "")
         elif r["kind"] == "gepa":
             what = f"gepa 0.1.4, {r['metric']} metric"
         elif r["kind"] == "candidate":

@@ -1,5 +1,6 @@
 """Pareto front, dominance and parent sampling, property-tested against a brute-force reference."""
 
+import itertools
 import random
 
 import numpy as np
@@ -111,18 +112,45 @@ def test_a_gain_of_one_example_or_two_among_many_differing_does_not_make_the_bes
     assert best_index([r.mean() for r in (seed, one, two_of_many, two_of_few)], evidence(rows)) == 3
 
 
-@given(matrices(max_rows=8, max_cols=10))
+@given(matrices(max_rows=8, max_cols=12))
 @settings(max_examples=300, deadline=None)
-def test_the_best_is_the_seed_or_beats_it_and_evidence_is_kept_by_dominance(scores):
-    from gepetto.engine.pareto import beats
+def test_the_best_beats_the_seed_and_every_earlier_best_and_was_never_dominated(scores):
+    from gepetto.engine.pareto import beats, best_index, evidence
 
     archive = build(scores)
-    best = archive.best()
-    assert best == 0 or beats(scores[best], scores[0])
-    for i in range(len(scores)):  # a row that dominates an evident row is evident too (racing relies on it)
-        for j in range(1, len(scores)):
-            if archive.evident[j] and dominates(scores[i], scores[j]):
-                assert archive.evident[i]
+    chain = [i for i, e in enumerate(archive.evident) if e]
+    assert chain[0] == 0 and archive.best() == chain[-1]
+    for before, after in itertools.pairwise(chain):  # each new best beat the seed and the best before it
+        assert beats(scores[after], scores[0]) and beats(scores[after], scores[before])
+    for i in range(1, len(scores)):  # a row dominated by an earlier one never becomes the best (racing relies on it)
+        if any(dominates(scores[j], scores[i]) for j in range(i)):
+            assert not archive.evident[i]
+    # the one rule of `best_index`, and the stored-run view, agree with the engine
+    assert best_index(archive.means(), archive.evident) == archive.best()
+    rows = [{f"v{k}": float(x) for k, x in enumerate(r)} for r in scores]
+    assert evidence(rows) == archive.evident
+
+
+def test_a_gain_of_one_example_over_the_best_does_not_replace_it():
+    seed = np.array([1.0] * 2 + [0.0] * 28)
+    first = seed.copy()
+    first[2:7] = 1.0  # 7 of 30, five more than the seed: the best
+    lucky = first.copy()
+    lucky[7] = 1.0  # one more: likelier luck than a better prompt
+    archive = build(np.array([seed, first, lucky]))
+    assert archive.best() == 1 and archive.evident == [True, True, False]
+    clear = first.copy()
+    clear[8:12] = 1.0  # four more than the best: a new best
+    archive.add(clear)
+    assert archive.best() == 3
+
+
+def test_a_float_row_that_wins_more_examples_but_a_lower_mean_never_beats():
+    from gepetto.engine.pareto import beats
+
+    base = np.array([0.5] * 12)
+    row = np.array([0.6] * 8 + [0.0] * 4)  # wins 8, loses 4, mean 0.4 < 0.5
+    assert not beats(row, base)
 
 
 def test_on_a_handful_of_validation_examples_the_highest_mean_is_the_best():
@@ -131,6 +159,7 @@ def test_on_a_handful_of_validation_examples_the_highest_mean_is_the_best():
     seed, better = np.zeros(EVIDENCE_MIN - 1), np.zeros(EVIDENCE_MIN - 1)
     better[0] = 1.0  # one example won: no sign test could show evidence on so few, so none is asked for
     assert beats(better, seed) and build(np.array([seed, better])).best() == 1
+    assert not beats(seed, seed)  # a higher mean, not an equal one
 
 
 def test_a_finished_runs_best_is_the_one_it_returned_whatever_the_rule_is_today():

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-# A candidate is the best only on evidence that it beats the seed: a one-sided sign test over the validation
-# examples on which the two differ, at this level (a gain of one example is never enough, a gain of two only while
-# few examples differ: benchmarks/results/evidence_level.md); with fewer validation examples than EVIDENCE_MIN
-# no gain could show evidence, and the highest mean is the best.
+# A candidate becomes the best only on evidence that it beats the seed and the best before it: a one-sided sign
+# test over the validation examples on which the two differ, at this level (a gain of one example is never enough,
+# a gain of two only while few examples differ: benchmarks/results/evidence_level.md); with fewer validation
+# examples than EVIDENCE_MIN no gain could show evidence, and a higher mean is enough.
 EVIDENCE_LEVEL = 0.4
 EVIDENCE_MIN = 10
 
@@ -32,8 +32,10 @@ def sign_test(wins: int, losses: int) -> float:
 
 
 def beats(row: np.ndarray, base: np.ndarray, level: float = EVIDENCE_LEVEL) -> bool:
-    """Whether score vector `row` beats `base` on evidence: more examples won than lost, by a margin the sign test
-    puts at or below `level` (any row, on fewer than EVIDENCE_MIN examples)."""
+    """Whether score vector `row` beats `base` on evidence: a higher mean and more examples won than lost, by a
+    margin the sign test puts at or below `level` (on fewer than EVIDENCE_MIN examples, a higher mean)."""
+    if row.mean() <= base.mean():
+        return False
     if len(base) < EVIDENCE_MIN:
         return True
     wins, losses = int(np.sum(row > base)), int(np.sum(row < base))
@@ -41,16 +43,15 @@ def beats(row: np.ndarray, base: np.ndarray, level: float = EVIDENCE_LEVEL) -> b
 
 
 def evidence(val_scores: Sequence[Mapping[str, float] | None]) -> list[bool]:
-    """For stored candidates (their validation scores by example id; the first is the seed): which ones may be
-    the best, as the engine decided (`beats` the seed, the seed itself)."""
+    """For stored candidates, in the order they joined (their validation scores by example id; the first is the
+    seed): which ones became the best when they joined, as the engine decided (`ParetoArchive.evident`)."""
     if not val_scores or not val_scores[0]:
         return [True] * len(val_scores)
     ids = sorted(val_scores[0])
-    base = np.array([val_scores[0][i] for i in ids], dtype=float)
-    out = [True]
-    for scores in val_scores[1:]:
+    archive, out = ParetoArchive(len(ids)), []
+    for scores in val_scores:
         full = scores is not None and all(i in scores for i in ids)
-        out.append(full and beats(np.array([scores[i] for i in ids], dtype=float), base))  # type: ignore[index]
+        out.append(full and archive.evident[archive.add([scores[i] for i in ids])])  # type: ignore[index]
     return out
 
 
@@ -59,8 +60,9 @@ def best_index(means: Sequence[float | None] | np.ndarray, evident: Sequence[boo
     """The one rule for "the best candidate", used by the engine, `Result`, the stored-run snapshot, `gepetto
     runs/show/export` and the report: the highest mean validation score among fully evaluated candidates (a
     candidate whose validation was cut short is never in the pool, so never in `means`) that are `evident`
-    (the seed, or a candidate that `beats` it; all when not given); on a tie the earliest candidate (lowest index)
-    wins. A missing (None) or NaN mean never wins. None when nothing qualifies."""
+    (those that became the best when they joined, `ParetoArchive.evident`: the last of them, as their means rise;
+    all when not given); on a tie the earliest candidate (lowest index) wins. A missing (None) or NaN mean never
+    wins. None when nothing qualifies."""
     if isinstance(means, np.ndarray):  # the engine's archive: the same rule, vectorised (argmax: first of ties)
         masked = np.where(np.isnan(means), -np.inf, means)
         if evident is not None:
@@ -101,8 +103,12 @@ class ParetoArchive:
     """Score matrix of all candidates plus the incrementally maintained non-dominated set.
 
     Adding a candidate costs two comparisons of its row against the front, and the per-example best scores
-    are kept up to date, so sampling costs one more pass. Row i is candidate i; row 0 (the seed) is the one the
-    others must beat on evidence to be the best (`beats`).
+    are kept up to date, so sampling costs one more pass. Row i is candidate i; row 0 is the seed.
+
+    The best is chosen as rows join: the seed first, then a row that joins the front and `beats` both the seed
+    and the best so far. A gain of one example over the best is luck, whichever candidate shows it (the highest
+    of many close means is the likeliest to be lucky), and a row dominated when it joins is never the best
+    (racing relies on it: engine/racing.py cuts only such rows).
     """
 
     def __init__(self, n_examples: int, capacity: int = 64) -> None:
@@ -114,7 +120,8 @@ class ParetoArchive:
         self._fbuf = np.zeros((max(capacity, 1), n_examples))  # rows of the front, first len(_front) used
         self._col_best = np.full(n_examples, -np.inf)
         self._weights: np.ndarray | None = None
-        self.evident: list[bool] = []  # row i beats row 0 on evidence (row 0 itself: True)
+        self.evident: list[bool] = []  # row i became the best when it joined (row 0 itself: True)
+        self._best = 0
 
     def __len__(self) -> int:
         return self._n
@@ -152,13 +159,13 @@ class ParetoArchive:
         self._scores[idx] = vec
         self._sums[idx] = vec.sum()
         self._n += 1
-        self.evident.append(idx == 0 or beats(vec, self._scores[0]))
         fs = self.front_scores
         if len(fs):
             higher = (fs > vec).any(axis=1)  # member better somewhere
             lower = (fs < vec).any(axis=1)  # member worse somewhere
             if bool((higher & ~lower).any()):
-                return idx  # dominated: the front does not change
+                self.evident.append(False)
+                return idx  # dominated: the front does not change (nor the best)
             beaten = lower & ~higher
             if beaten.any():
                 keep = np.flatnonzero(~beaten)  # positions (in the front) of the members that stay
@@ -167,6 +174,10 @@ class ParetoArchive:
         self._fbuf = self._grow(self._fbuf, len(self._front))
         self._fbuf[len(self._front)] = vec
         self._front.append(idx)
+        base, best = self._scores[0], self._scores[self._best]
+        self.evident.append(idx == 0 or (beats(vec, base) and (self._best == 0 or beats(vec, best))))
+        if self.evident[-1]:
+            self._best = idx
         np.maximum(self._col_best, vec, out=self._col_best)  # beaten rows were <= vec: the best stays right
         self._weights = None
         return idx
@@ -204,8 +215,7 @@ class ParetoArchive:
         return leader
 
     def best(self) -> int:
-        """Index of the best candidate by `best_index` (every row covers all examples: sums order as means)."""
-        best = best_index(self._sums[: self._n], self.evident)
-        if best is None:
+        """Index of the best candidate (the last row that became the best when it joined; `best_index` agrees)."""
+        if not self._n:
             raise ValueError("the archive is empty")
-        return best
+        return self._best

@@ -6,8 +6,8 @@ The bound is exact. Scores are in [0, 1], so on an example not run yet the child
 optimistic vector (at least as good everywhere, better somewhere) dominates every vector the child can still
 end with, so the child, fully validated, would be dominated: kept out of the front (engine/pareto.py adds a
 dominated row to the pool without changing the front; dominance by the pool never goes away, since a member
-leaves the front only for one that dominates it) and never the best (its dominator has a mean at least as
-high and, on a tie, is earlier). Conversely, when no front member dominates the optimistic vector, scoring
+leaves the front only for one that dominates it) and never the best (a row dominated when it joins never
+becomes the best: engine/pareto.py). Conversely, when no front member dominates the optimistic vector, scoring
 1.0 on the rest would put the child on the front, so it is validated further. Cutting on the best mean alone
 would add nothing: a child that could still become the best cannot be dominated.
 

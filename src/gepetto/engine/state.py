@@ -54,7 +54,7 @@ class CandidateRecord:
     component: str | None  # the component reflection rewrote (None for seed and merge)
     val_scores: dict[str, float]
     rollouts_at_creation: int
-    evident: bool = True  # it beats the seed on evidence (pareto.beats), so it may be the best
+    evident: bool = True  # it became the best when it joined (ParetoArchive: beats the seed and the best before it)
 
 
     @property
