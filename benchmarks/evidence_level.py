@@ -17,10 +17,17 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 from gepetto.engine.pareto import EVIDENCE_LEVEL as LEVEL
-from gepetto.engine.pareto import sign_test
+from gepetto.engine.pareto import flip_test
 
 LOG = Path(__file__).parent / "results" / "realtrack.jsonl.gz"
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """The engine's paired test on right/wrong scores: `wins` examples won and `losses` lost."""
+    return flip_test(np.array([1.0] * wins + [-1.0] * losses))
 
 
 def main() -> None:

@@ -61,7 +61,7 @@ LOCKED_ONLY = {"clinc-home", "clinc-auto"}
 TASK_OPTIONS: dict[str, dict[str, Any]] = {"snips-weather": {"expert_form": "examples"}}
 LOG = Path("benchmarks/results/usertrack.jsonl.gz")  # gzip members appended, one per write
 # the rule that chose a run's best (rows before it have none: "seed", the best had to beat the seed only)
-BEST_RULE = "chain"  # engine/pareto.py: a new best beats the seed and the best before it
+BEST_RULE = "chain-flip"  # engine/pareto.py: a new best beats the seed and the best before it (paired flip test)
 # what the labels of variant rows stand for (dev split only; the table lists those it shows)
 LABELS = {
     "trim2": "trim proposals inside the search: the seed's units first, then a 0.25 share on later parents (2586a8d)",
@@ -362,6 +362,9 @@ def table(log: Path) -> str:
                     + (f", dev test {r['dev_test']:.3f}" if "dev_test" in r else "")
                     + (f", locked {locked_of[(task, _key(r['best']))]:.3f}" if (task, _key(r["best"])) in locked_of
                        else "")
+                    + (f" (re-chosen by today's rule; the run's own best: dev test {r['reselected']['dev_test']:.3f})"
+                       if r.get("reselected") and not r["reselected"]["same"] and r["reselected"].get("dev_test")
+                       is not None else "")
                     + f", {r['rollouts']} rollouts, {r['seconds']} s, commit {r['commit']}"
                     + (f", {_outcomes(r['proposals'])}" if r.get("proposals") else "")
                     for r in sorted(rs, key=lambda r: r["seed"]))

@@ -1,6 +1,7 @@
 """Pareto front, dominance and parent sampling, property-tested against a brute-force reference."""
 
 import itertools
+import math
 import random
 
 import numpy as np
@@ -85,11 +86,26 @@ def test_identical_candidates_share_the_front():
 
 
 # ---- the best on evidence ---------------------------------------------------------------------------------------
-def test_sign_test_is_the_binomial_tail():
-    from gepetto.engine.pareto import sign_test
+@given(st.integers(0, 25), st.integers(0, 25), st.integers(0, 10))
+def test_on_right_wrong_scores_the_flip_test_is_the_sign_test(wins, losses, ties):
+    from gepetto.engine.pareto import flip_test
 
-    assert sign_test(3, 0) == 0.125 and sign_test(0, 0) == 1.0
-    assert abs(sign_test(6, 4) - 386 / 1024) < 1e-12
+    diffs = np.array([1.0] * wins + [-1.0] * losses + [0.0] * ties)
+    n = wins + losses
+    binomial_tail = sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n  # P(>= wins heads in n fair flips)
+    assert abs(flip_test(diffs) - binomial_tail) < 1e-9
+    assert flip_test(np.array([1.0, 1.0, 1.0])) == 0.125 and flip_test(np.zeros(4)) == 1.0
+
+
+def test_on_graded_scores_a_large_gain_outweighs_many_small_losses():
+    from gepetto.engine.pareto import beats, flip_test
+
+    base = np.full(30, 0.5)
+    row = base.copy()
+    row[:10] = 1.0  # ten examples gained by 0.5
+    row[10:23] = 0.45  # thirteen lost by 0.05: more losses than wins, yet a clear gain
+    assert flip_test(row - base) < 0.01 and beats(row, base)
+    assert not beats(base, row)
 
 
 def test_a_gain_of_one_example_or_two_among_many_differing_does_not_make_the_best():

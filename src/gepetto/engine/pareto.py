@@ -16,30 +16,39 @@ from typing import Any
 
 import numpy as np
 
-# A candidate becomes the best only on evidence that it beats the seed and the best before it: a one-sided sign
-# test over the validation examples on which the two differ, at this level (a gain of one example is never enough,
-# a gain of two only while few examples differ: benchmarks/results/evidence_level.md); with fewer validation
-# examples than EVIDENCE_MIN no gain could show evidence, and a higher mean is enough.
+# A candidate becomes the best only on evidence that it beats the seed and the best before it: a one-sided paired
+# test over the validation examples (`flip_test`; for right/wrong scores the sign test), at this level (a gain of
+# one example is never enough, a gain of two only while few examples differ: benchmarks/results/evidence_level.md);
+# with fewer validation examples than EVIDENCE_MIN no gain could show evidence, and a higher mean is enough.
 EVIDENCE_LEVEL = 0.4
 EVIDENCE_MIN = 10
+FLIP_GRID = 1000  # the test's differences are rounded to 1/FLIP_GRID, where its distribution is exact
 
 
-def sign_test(wins: int, losses: int) -> float:
-    """P(at least `wins` of the `wins + losses` differing examples go one's way) if each went either way with
-    probability 1/2: how likely a gain this large is by luck alone."""
-    n = wins + losses
-    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n if n else 1.0
+def flip_test(diffs: np.ndarray) -> float:
+    """How likely a gain this large is by luck alone: the probability that the per-example score differences,
+    each given a random sign, sum to at least their observed sum (a one-sided paired sign-flip test, exact on
+    differences rounded to 1/FLIP_GRID). For right/wrong scores it is the sign test: P(at least `wins` heads in
+    `wins + losses` fair coin flips); for graded scores, a large gain counts for more than a small one."""
+    signed = np.rint(np.asarray(diffs, dtype=float) * FLIP_GRID).astype(np.int64)
+    sizes = np.abs(signed[signed != 0])
+    total = int(sizes.sum())
+    dist = np.zeros(total + 1)  # dist[t]: P(the differences signed + sum to t), built one difference at a time
+    dist[0] = 1.0
+    for x in sizes:
+        shifted = np.zeros_like(dist)
+        shifted[x:] = dist[: total + 1 - x]
+        dist = 0.5 * (dist + shifted)
+    # a signing sums to 2t - total (t: the sum of its + signs), so it reaches the observed sum from this t on
+    return float(dist[(int(signed.sum()) + total) // 2:].sum())
 
 
 def beats(row: np.ndarray, base: np.ndarray, level: float = EVIDENCE_LEVEL) -> bool:
-    """Whether score vector `row` beats `base` on evidence: a higher mean and more examples won than lost, by a
-    margin the sign test puts at or below `level` (on fewer than EVIDENCE_MIN examples, a higher mean)."""
+    """Whether score vector `row` beats `base` on evidence: a higher mean, by a margin the paired test puts at
+    or below `level` (on fewer than EVIDENCE_MIN examples, a higher mean)."""
     if row.mean() <= base.mean():
         return False
-    if len(base) < EVIDENCE_MIN:
-        return True
-    wins, losses = int(np.sum(row > base)), int(np.sum(row < base))
-    return wins > losses and sign_test(wins, losses) <= level
+    return len(base) < EVIDENCE_MIN or flip_test(row - base) <= level
 
 
 def evidence(val_scores: Sequence[Mapping[str, float] | None]) -> list[bool]:
