@@ -47,7 +47,7 @@ def _run(**options):
     events = []
     result = gepetto.optimize(SEED, _examples(20, "train"), _metric, valset=_examples(10, "val"),
                               task_lm=ScriptedLM(_solver), reflection_lm=ScriptedLM(_adder), fewshot=0,
-                              callbacks=events.append, **{"proposer": "auto(trim=4)", "budget": 120, **options})
+                              callbacks=events.append, **{"budget": 120, **options})  # the default: trim=4
     return result, events
 
 

@@ -188,7 +188,7 @@ class EngineConfig(_Options):
     proposer: str = _field("auto", "How children are proposed: auto (chosen from the seed's first rollouts: "
                            "edit(rules=3, definitions=60) when the answers are a closed set of labels, else "
                            "rewrite; edit's and rewrite's parameters given to auto are used by the one chosen), "
-                           "rewrite(max_tokens=700, prompt_chars=6000, trim=0) (a whole new text), or edit(rules=1, "
+                           "rewrite(max_tokens=700, prompt_chars=6000, trim=4) (a whole new text), or edit(rules=1, "
                            "definitions=0, evidence=8, gate_solved=3, rule_max_tokens=90) (rules per proposal; "
                            "docs/strategies.md).", PROPOSALS, choices=SPECS["proposer"])
     # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text; on by

@@ -300,9 +300,8 @@ class Rewrite(Knobs, Proposer):
     max_tokens: int = knob(700, "Longest reflection answer (tokens); doubled after an answer cut off.", ge=1)
     prompt_chars: int = knob(6000, "Longest reflection prompt (characters; long traces are cut).", ge=1)
 
-    trim: int = knob(0, "Before the search, try the seed without one of its sentences (or lines), for up to this "
-                     "many of them, with no reflection call (0: none; off by default: on the user track's dev split it "
-                     "helped on one task and not on another).", ge=0)
+    trim: int = knob(4, "Before the search, try the seed without one of its sentences (or lines), for up to this "
+                     "many of them, with no reflection call (0: none).", ge=0)
 
     async def propose(self, request: ProposalRequest) -> Proposal | dict[str, str] | None:
         if all(r.score.value >= request.config.perfect_score for r in request.runs):
