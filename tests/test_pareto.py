@@ -161,6 +161,24 @@ def test_a_gain_of_one_example_over_the_best_does_not_replace_it():
     assert archive.best() == 3
 
 
+def test_a_child_of_the_best_replaces_it_on_a_higher_mean_another_lineage_needs_evidence():
+    from gepetto.engine.pareto import evidence
+
+    seed = np.array([1.0] * 2 + [0.0] * 28)
+    first = seed.copy()
+    first[2:7] = 1.0
+    cousin, heir = first.copy(), first.copy()
+    cousin[7] = 1.0  # one example more, from another lineage (the seed's child): luck is likelier
+    heir[8] = 1.0  # one example more, the best's own child: it already beat the best on its test
+    archive = ParetoArchive(30)
+    for row, parents in ((seed, ()), (first, (0,)), (cousin, (0,)), (heir, (1,))):
+        archive.add(row, parents)
+    assert archive.evident == [True, True, False, True] and archive.best() == 3
+    rows = [{f"v{i}": float(x) for i, x in enumerate(r)} for r in (seed, first, cousin, heir)]
+    assert evidence(rows, [(), (0,), (0,), (1,)]) == archive.evident
+    assert evidence(rows) == [True, True, False, False]  # without parents, every gain needs evidence
+
+
 def test_a_float_row_that_wins_more_examples_but_a_lower_mean_never_beats():
     from gepetto.engine.pareto import beats
 

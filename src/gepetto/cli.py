@@ -504,7 +504,7 @@ def _run_row(store: Any, info: Any) -> tuple[dict[str, Any], float | None, float
     if best is None:
         cands = store.candidates(info.name)
         means = [c["mean"] for c in cands]
-        i = best_index(means, evidence([c["val_scores"] for c in cands]))
+        i = best_index(means, evidence([c["val_scores"] for c in cands], [c["parents"] for c in cands]))
         best = None if i is None else means[i]
     ledger = res.get("ledger") or store.ledger(info.name)
     cost = sum(u.get("cost", 0.0) for u in ledger.values())

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-# A candidate becomes the best only on evidence that it beats the seed and the best before it: a one-sided paired
+# A candidate becomes the best only on evidence that it beats the seed and (unless the best is its parent) the best
+# before it: a one-sided paired
 # test over the validation examples (`flip_test`; for right/wrong scores the sign test), at this level (a gain of
 # one example is never enough, a gain of two only while few examples differ: benchmarks/results/evidence_level.md);
 # with fewer validation examples than EVIDENCE_MIN no gain could show evidence, and a higher mean is enough.
@@ -51,16 +52,22 @@ def beats(row: np.ndarray, base: np.ndarray, level: float = EVIDENCE_LEVEL) -> b
     return len(base) < EVIDENCE_MIN or flip_test(row - base) <= level
 
 
-def evidence(val_scores: Sequence[Mapping[str, float] | None]) -> list[bool]:
-    """For stored candidates, in the order they joined (their validation scores by example id; the first is the
-    seed): which ones became the best when they joined, as the engine decided (`ParetoArchive.evident`)."""
+def evidence(val_scores: Sequence[Mapping[str, float] | None],
+             parents: Sequence[Sequence[int]] | None = None) -> list[bool]:
+    """For stored candidates, in the order they joined (their validation scores by example id, the first the
+    seed's; their parents' indices): which ones became the best when they joined, as the engine decided
+    (`ParetoArchive.evident`)."""
     if not val_scores or not val_scores[0]:
         return [True] * len(val_scores)
     ids = sorted(val_scores[0])
     archive, out = ParetoArchive(len(ids)), []
-    for scores in val_scores:
+    index: dict[int, int] = {}  # stored index -> archive row
+    for k, scores in enumerate(val_scores):
         full = scores is not None and all(i in scores for i in ids)
-        out.append(full and archive.evident[archive.add([scores[i] for i in ids])])  # type: ignore[index]
+        if full:
+            index[k] = archive.add([scores[i] for i in ids],  # type: ignore[index]
+                                   parents=[index[j] for j in (parents[k] if parents else ()) if j in index])
+        out.append(full and archive.evident[index[k]])
     return out
 
 
@@ -94,7 +101,8 @@ def stored_best(cands: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | 
         same = [i for i, c in enumerate(cands) if c.get("texts") == returned]
         if same:
             return max(same, key=lambda i: (cands[i].get("mean") or 0.0, -i))
-    return best_index([c.get("mean") for c in cands], evidence([c.get("val_scores") or None for c in cands]))
+    return best_index([c.get("mean") for c in cands], evidence([c.get("val_scores") or None for c in cands],
+                                                              [c.get("parents") or () for c in cands]))
 
 
 def dominates(a: np.ndarray, b: np.ndarray) -> bool:
@@ -114,10 +122,11 @@ class ParetoArchive:
     Adding a candidate costs two comparisons of its row against the front, and the per-example best scores
     are kept up to date, so sampling costs one more pass. Row i is candidate i; row 0 is the seed.
 
-    The best is chosen as rows join: the seed first, then a row that joins the front and `beats` both the seed
-    and the best so far. A gain of one example over the best is luck, whichever candidate shows it (the highest
-    of many close means is the likeliest to be lucky), and a row dominated when it joins is never the best
-    (racing relies on it: engine/racing.py cuts only such rows).
+    The best is chosen as rows join: the seed first, then a row that joins the front, `beats` the seed, and
+    either is a child of the best with a higher mean (it already beat the best on its own test) or `beats` the
+    best too: between two lineages a gain of one example is luck (the highest of many close means is the likeliest
+    to be lucky). A row dominated when it joins is never the best (racing relies on it: engine/racing.py cuts only
+    such rows).
     """
 
     def __init__(self, n_examples: int, capacity: int = 64) -> None:
@@ -156,8 +165,8 @@ class ParetoArchive:
         bigger[:used] = buf[:used]
         return bigger
 
-    def add(self, row: Sequence[float]) -> int:
-        """Add a fully evaluated candidate's score vector; returns its index."""
+    def add(self, row: Sequence[float], parents: Sequence[int] = ()) -> int:
+        """Add a fully evaluated candidate's score vector (and its parents' indices); returns its index."""
         vec = np.asarray(row, dtype=float)
         if vec.shape != (self.n_examples,):
             raise ValueError(f"expected {self.n_examples} scores, got shape {vec.shape}")
@@ -184,7 +193,8 @@ class ParetoArchive:
         self._fbuf[len(self._front)] = vec
         self._front.append(idx)
         base, best = self._scores[0], self._scores[self._best]
-        self.evident.append(idx == 0 or (beats(vec, base) and (self._best == 0 or beats(vec, best))))
+        heir = self._best in parents and bool(vec.mean() > best.mean())
+        self.evident.append(idx == 0 or (beats(vec, base) and (self._best == 0 or heir or beats(vec, best))))
         if self.evident[-1]:
             self._best = idx
         np.maximum(self._col_best, vec, out=self._col_best)  # beaten rows were <= vec: the best stays right

@@ -146,7 +146,7 @@ class RunState:
 
     def add_record(self, record: CandidateRecord) -> None:
         row = [record.val_scores[i] for i in self.val_ids]
-        record.index = self.archive.add(row)
+        record.index = self.archive.add(row, record.parents)
         record.evident = self.archive.evident[record.index]
         self.records.append(record)
         self.means.append(record.mean)

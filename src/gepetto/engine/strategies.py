@@ -121,7 +121,7 @@ class RouteParent(Pareto):
 @dataclass(frozen=True)
 class CurrentBest(Knobs):
     """Always the leader: the highest mean, the earliest of ties (`ParetoArchive.leader`; the candidate a run
-    returns must also beat the seed and the best before it on evidence). Draws nothing."""
+    returns must also beat the seed on evidence, and the best before it unless it is its child). Draws nothing."""
 
     def __call__(self, state: RunState, rng: random.Random) -> int:
         return state.archive.leader()

@@ -161,7 +161,7 @@ def _partial_result(store: RunStore, name: str, cands: list[dict], config: dict)
     archive = ParetoArchive(len(val_ids))
     history: list[list[float]] = []
     for c in cands:
-        archive.add([c["val_scores"][i] for i in val_ids])
+        archive.add([c["val_scores"][i] for i in val_ids], c["parents"])
         top = float(archive.means()[archive.best()])
         if not history or history[-1][1] != top:
             history.append([c["rollouts_at_creation"], top])
