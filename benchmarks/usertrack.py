@@ -193,8 +193,8 @@ def reselect(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
         if rule == (EVIDENCE_LEVEL, BEST_RULE) or not str(r.get("stop_message")).startswith("budget"):
             continue
         cands = store.candidates(r["run"])
-        if not cands:
-            print(f"{r['run']}: not in {storage}, not re-chosen", file=sys.stderr)
+        if not any(c["texts"] == r["best"] for c in cands):  # gone, or another run of the same name since
+            print(f"{r['run']}: not in {storage} as logged, not re-chosen", file=sys.stderr)
             continue
         evident = evidence([c["val_scores"] for c in cands], [c["parents"] for c in cands])
         i = best_index([c["mean"] for c in cands], evident)
