@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 # A candidate becomes the best only on evidence that it beats the seed and (unless the best is its parent) the best
-# before it: a one-sided paired
-# test over the validation examples (`flip_test`; for right/wrong scores the sign test), at this level (a gain of
-# one example is never enough, a gain of two only while few examples differ: benchmarks/results/evidence_level.md);
-# with fewer validation examples than EVIDENCE_MIN no gain could show evidence, and a higher mean is enough.
+# before it: a one-sided paired test over the validation examples (`flip_test`; for right/wrong scores the sign
+# test), at this level (a gain of one example is never enough, a gain of two only while few examples differ:
+# benchmarks/results/evidence_level.md); with fewer validation examples than EVIDENCE_MIN no gain could show
+# evidence, and a higher mean is enough.
 EVIDENCE_LEVEL = 0.4
 EVIDENCE_MIN = 10
 FLIP_GRID = 1000  # the test's differences are rounded to 1/FLIP_GRID, where its distribution is exact
