@@ -48,7 +48,7 @@ from realtrack import _option  # (--set KEY=VALUE, as realtrack.py reads it)
 import gepetto
 from gepetto import events as ev
 from gepetto.api import evaluate_async
-from gepetto.engine.pareto import EVIDENCE_LEVEL, best_index, evidence
+from gepetto.engine.pareto import EVIDENCE_LEVEL, stored_best
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm
 from gepetto.tasks import load_task
@@ -196,8 +196,7 @@ def reselect(name: str, storage: Path, log: Path) -> list[dict[str, Any]]:
         if not any(c["texts"] == r["best"] for c in cands):  # gone, or another run of the same name since
             print(f"{r['run']}: not in {storage} as logged, not re-chosen", file=sys.stderr)
             continue
-        evident = evidence([c["val_scores"] for c in cands], [c["parents"] for c in cands])
-        i = best_index([c["mean"] for c in cands], evident)
+        i = stored_best(cands)  # the rule's choice (no result given)
         assert i is not None
         row = {k: v for k, v in r.items() if k not in ("command", "date", "commit", "machine")}
         row.update(best=cands[i]["texts"], best_val=cands[i]["mean"], evidence_level=EVIDENCE_LEVEL,

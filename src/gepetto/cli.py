@@ -39,7 +39,7 @@ from rich.text import Text
 
 from gepetto import __version__
 from gepetto.config import ConfigError, RunConfig, load_config, read_config_file, stored_options
-from gepetto.engine.pareto import best_index, evidence
+from gepetto.engine.pareto import stored_best
 from gepetto.lm.base import LMError
 from gepetto.program import MetricError
 from gepetto.progress import ProgressDisplay
@@ -503,9 +503,8 @@ def _run_row(store: Any, info: Any) -> tuple[dict[str, Any], float | None, float
     best = res.get("best_score")
     if best is None:
         cands = store.candidates(info.name)
-        means = [c["mean"] for c in cands]
-        i = best_index(means, evidence([c["val_scores"] for c in cands], [c["parents"] for c in cands]))
-        best = None if i is None else means[i]
+        i = stored_best(cands)
+        best = None if i is None else cands[i]["mean"]
     ledger = res.get("ledger") or store.ledger(info.name)
     cost = sum(u.get("cost", 0.0) for u in ledger.values())
     return res, best, cost, res.get("rollouts_used", store.count_rollouts(info.name))

@@ -54,7 +54,7 @@ class CandidateRecord:
     component: str | None  # the component reflection rewrote (None for seed and merge)
     val_scores: dict[str, float]
     rollouts_at_creation: int
-    evident: bool = True  # it became the best when it joined (ParetoArchive: beats the seed and the best before it)
+    evident: bool = True  # it became the best when it joined (ParetoArchive: see there what that takes)
 
 
     @property
