@@ -455,11 +455,11 @@ async def test_a_slow_client_setup_is_not_counted_against_the_request_timeout() 
 
     class SlowSetup(OpenAILM):
         def _new_client(self):
-            time.sleep(0.5)  # like `import openai` under load: blocks the event loop
+            time.sleep(2.5)  # like `import openai` under load: blocks the event loop, longer than the timeout
             return super()._new_client()
 
-    with FakeOpenAIServer() as srv:
-        lm = SlowSetup("m", base_url=srv.url, timeout=0.3, backoff=0.001)
+    with FakeOpenAIServer() as srv:  # (a timeout a loaded machine's fake request fits in: 0.3 s did not always)
+        lm = SlowSetup("m", base_url=srv.url, timeout=2.0, backoff=0.001)
         outs = await asyncio.gather(*(lm.complete([{"role": "user", "content": f"hi {i}"}]) for i in range(6)))
     assert [o.attempts for o in outs] == [1] * 6
     assert len(srv.requests) == 6
