@@ -20,7 +20,7 @@ Usage:
   python benchmarks/usertrack.py baselines --tasks clinc-banking ...  # trivial / seed / expert / empty, dev test
   python benchmarks/usertrack.py run --tasks clinc-banking --metric plain --seeds 0 1 2 [--budget 300]
   python benchmarks/usertrack.py reselect --tasks ...   # stored runs of another best rule: today's best
-  python benchmarks/usertrack.py locked --tasks ... [--label L]                # first look at the locked split
+  python benchmarks/usertrack.py locked --tasks ... [--label L]  # first look at the locked split (L: a variant)
   python benchmarks/usertrack.py table
 
 Runs are stored (and resumable) in --storage, named `ut-TASK-METRIC-sSEED[-LABEL]`; task-LM answers are cached
@@ -267,21 +267,23 @@ def read_log(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def locked(name: str, storage: Path, log: Path, label: str | None = None) -> list[dict[str, Any]]:
-    """The first look at the locked split: the baselines, then every stored run's best candidate of this task in
-    the log (and the rows of `extra` candidates: the recipe's and the earlier default's stored best prompts), or
-    with `label`, only those of the runs of that label. A candidate already scored there is not scored again, so
-    every locked row written is a first look."""
+def locked(name: str, storage: Path, log: Path, label: str = "") -> list[dict[str, Any]]:
+    """The first look at the locked split: the baselines, the gepa runs and `stored` candidates of this task in the
+    log, and the best candidate of the latest run of each metric and seed of one variant (`label`; empty: the
+    default), as the table shows them. Other variants are not scored. A candidate already scored there is not
+    scored again, so every locked row written is a first look."""
     task = task_of(name, "locked")
     rows = read_log(log)
     looked = {r.get("key") for r in rows if r["kind"] == "locked" and r["task"] == name}
     out = []
     if not any(r["kind"] == "locked-baselines" and r["task"] == name for r in rows):
         out.append({**baselines(name, storage, "locked"), "kind": "locked-baselines", "first_look": True})
-    for r in rows:
+    latest = {(r.get("metric"), r.get("seed")): r for r in rows
+              if r["kind"] == "run" and r["task"] == name and r.get("label", "") == label}
+    chosen = [r for r in rows if r["kind"] in ("gepa", "candidate") and r["task"] == name] + list(latest.values())
+    for r in chosen:
         key = _key(r.get("best"))
-        if r["kind"] in ("run", "gepa", "candidate") and r["task"] == name and key not in looked and (
-                label is None or (r["kind"] == "run" and r.get("label", "") == label)):
+        if key not in looked:
             looked.add(key)
             score = asyncio.run(_score(task, Candidate(r["best"]), task.testset, storage))
             out.append({"kind": "locked", "task": name, "of": r.get("run") or r.get("label"), "metric": r.get("metric"),
@@ -413,7 +415,7 @@ def main() -> None:
         return
     for name in args.tasks:
         if args.what in ("locked", "reselect"):
-            found = locked(name, storage, log, args.label or None) if args.what == "locked" else \
+            found = locked(name, storage, log, args.label) if args.what == "locked" else \
                 reselect(name, storage, log)
             for row in found:
                 write(row)
