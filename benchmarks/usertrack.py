@@ -318,7 +318,11 @@ def table(log: Path) -> str:
     lock = {r["task"]: r for r in rows if r["kind"] == "locked-baselines"}
     locked_of = {(r["task"], r["key"]): r["locked_test"] for r in rows if r["kind"] == "locked"}
     systems: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for r in rows:
+    # a run re-chosen by `reselect` is shown once, as re-chosen (the same stored run: name, rollouts and seconds)
+    rechosen = {(r["run"], r["rollouts"], r["seconds"]): i for i, r in enumerate(rows) if r.get("reselected")}
+    for i, r in enumerate(rows):
+        if r["kind"] == "run" and rechosen.get((r["run"], r["rollouts"], r["seconds"]), i) > i:
+            continue
         if r["kind"] == "run":
             what = f"gepetto default, {r['metric']} metric" + (f" ({r['label']})" if r.get("label") else "") + (
                 f" (evidence level {r.get('evidence_level', 0.2)})" if r.get("evidence_level") != EVIDENCE_LEVEL
