@@ -321,9 +321,9 @@ def table(log: Path) -> str:
     # a run re-chosen by `reselect` is shown once, as re-chosen (the same stored run: name, rollouts and seconds)
     rechosen = {(r["run"], r["rollouts"], r["seconds"]): i for i, r in enumerate(rows) if r.get("reselected")}
     for i, r in enumerate(rows):
-        if r["kind"] == "run" and rechosen.get((r["run"], r["rollouts"], r["seconds"]), i) > i:
-            continue
         if r["kind"] == "run":
+            if rechosen.get((r["run"], r["rollouts"], r["seconds"]), i) > i:
+                continue
             what = f"gepetto default, {r['metric']} metric" + (f" ({r['label']})" if r.get("label") else "") + (
                 f" (evidence level {r.get('evidence_level', 0.2)})" if r.get("evidence_level") != EVIDENCE_LEVEL
                 else "") + (f" (best: {OLD_RULES.get(rule, rule)})" if (rule := r.get("best_rule", "seed")) != BEST_RULE
