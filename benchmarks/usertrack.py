@@ -376,7 +376,12 @@ def table(log: Path) -> str:
                     + (f" (re-chosen by today's rule; the run's own best: dev test {r['reselected']['dev_test']:.3f})"
                        if r.get("reselected") and not r["reselected"]["same"] and r["reselected"].get("dev_test")
                        is not None else "")
-                    + f", {r['rollouts']} rollouts, {r['seconds']} s, commit {r['commit']}"
+                    + (" (re-chosen by today's rule; the run's own best: val "
+                       f"{r['reselected']['best_val']:.3f})" if r.get("reselected") and not r["reselected"]["same"]
+                       and r["reselected"].get("dev_test") is None else "")
+                    + f", {r['rollouts']} rollouts, {r['seconds']} s, commit "
+                    + (f"{r['reselected']['commit']} (re-chosen at {r['commit']})" if r.get("reselected")
+                       else str(r["commit"]))
                     + (f", {_outcomes(r['proposals'])}" if r.get("proposals") else "")
                     for r in sorted(rs, key=lambda r: r["seed"]))
                 out.append(f"\n- {what}: {per}" + (f"; {rs[0]['route']}" if rs[0].get("route") else ""))
