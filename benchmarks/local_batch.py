@@ -6,8 +6,10 @@
     python benchmarks/local_batch.py cost --model qwen2.5-coder-0.5b --out F   # llama.cpp's cost of k sequences
     python benchmarks/local_batch.py threads --out F   # OMP_WAIT_POLICY and n_threads on this machine, now
     python benchmarks/local_batch.py whole --task clinc-banking --seeds 0 1 2 --budget 300 [--backends batched] --out F
+    python benchmarks/local_batch.py whole --task demo --seeds 0 1 2 --budget 120 --metric builtin --out F
     python benchmarks/local_batch.py draft --rounds 2 --out F   # the first draft's rule requests: in turn or at once
     python benchmarks/local_batch.py where --task clinc-banking --seeds 0 --budget 300 --out F  # a run's decoding
+    python benchmarks/local_batch.py lookup --task demo --seeds 0 --budget 120 --out F  # drafting from the prompt
 
 The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
 customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
@@ -24,9 +26,10 @@ flight. Tokens per second count the answers' tokens; "identical" counts greedy a
 greedy answers differ, and the mean score of each (the task's own metric).
 
 `whole` runs the default configuration (gepetto.optimize with the task's plain user metric, as
-`benchmarks/usertrack.py run`) once per seed with the serial backend for both models and once with the batched
-one, in turn, each in a fresh store (no answer cached from another run): wall time, rollouts, validation and the
-best's dev-test score (scored with the batched backend, 8 in flight, for both).
+`benchmarks/usertrack.py run`, or `--metric float|builtin`: the demo's own is `builtin`) once per seed with the
+serial backend for both models and once with the batched one, in turn, each in a fresh store (no answer cached
+from another run): wall time, rollouts, validation and the best's dev-test score (scored with the batched backend,
+8 in flight, for both).
 
 `draft` times the rule requests of the labels route's first proposal (`edit(definitions=n)`: one per answer, each
 with 4 training inputs of that answer and the seed instruction, as `edits.build_definition_prompt` writes them) on
@@ -39,6 +42,15 @@ other setting).
 `cost` times one `llama_decode` of k sequences x 1 token (after a shared 100-token prompt) on a bare llama.cpp
 context, in CPU seconds of the process: what batching can give at best. `threads` times one decode of 1, 8 and 300
 tokens in fresh processes with 1 or 2 threads and libgomp's default wait policy or `OMP_WAIT_POLICY=PASSIVE`.
+
+`lookup` asks what prompt-lookup decoding (drafting the next tokens of an answer from an earlier occurrence of its
+last few tokens in the prompt or the answer, and checking the draft in the same decode) would buy the reflection
+LM: it runs the default once per seed, keeps the tokens of every reflection prompt and answer, counts the decode
+steps a drafter of at most k tokens would need to write the same answers (a draft token is kept while it is the
+token written), and times one sequence decoding j tokens at once on a bare context, which is what a step with a
+draft costs. The predicted speed-up of the answers' writing is their tokens at the cost of one token each, over
+the steps at the cost of their batch (an upper bound: a sampled answer keeps a drafted token only with the
+probability the model gives it, and here the written token is taken as that sample).
 """
 
 from __future__ import annotations
@@ -408,11 +420,11 @@ def draft(rounds: int, out: Path | None) -> None:
     _report(text, out)
 
 
-def _default_run(task: Any, lms: tuple[Any, Any], seed: int, budget: int, options: dict[str, Any] | None = None
-                 ) -> tuple[Any, float, float]:
-    """The default configuration (with `options` of `gepetto.optimize`, if any) and the plain user metric (as
-    `usertrack.py run`), in a fresh store (no answer cached from another run): the result, wall seconds and CPU
-    seconds of the process."""
+def _default_run(task: Any, lms: tuple[Any, Any], seed: int, budget: int, options: dict[str, Any] | None = None,
+                 metric: str = "plain") -> tuple[Any, float, float]:
+    """The default configuration (with `options` of `gepetto.optimize`, if any) and the user metric of `metric`'s
+    style (`usertrack.user_metric`: plain, float, or the task's builtin one), in a fresh store (no answer cached
+    from another run): the result, wall seconds and CPU seconds of the process."""
     import tempfile
 
     from usertrack import user_metric
@@ -421,7 +433,7 @@ def _default_run(task: Any, lms: tuple[Any, Any], seed: int, budget: int, option
 
     with tempfile.TemporaryDirectory() as tmp:
         t0, c0 = time.perf_counter(), time.process_time()
-        result = gepetto.optimize(task.seed_candidate, task.trainset, user_metric(task, "plain"), valset=task.valset,
+        result = gepetto.optimize(task.seed_candidate, task.trainset, user_metric(task, metric), valset=task.valset,
                                   program=task.program, task_lm=lms[0], reflection_lm=lms[1], budget=budget,
                                   seed=seed, storage=Path(tmp) / "run.sqlite", run=f"s{seed}", **(options or {}))
         return result, time.perf_counter() - t0, time.process_time() - c0
@@ -486,15 +498,100 @@ def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> No
     _report(text, out)
 
 
+def _draft_steps(prompt: list[int], answer: list[int], k: int, longest: int = 3) -> list[int]:
+    """Prompt-lookup drafting over a written answer: for each decode step, how many tokens the step reads (the
+    token written before it, answer[i], and the draft). The draft is the k tokens after the latest earlier
+    occurrence of the last n tokens (n from `longest` down to 1) of prompt + answer[:i + 1]; it is kept while it
+    matches the answer. The last step reads the last token and ends the answer."""
+    steps, i = [], 0
+    while i < len(answer):
+        seen, drafted = prompt + answer[:i + 1], []
+        for n in range(min(longest, len(seen) - 1), 0, -1):
+            tail = seen[-n:]
+            at = next((j for j in range(len(seen) - n - 1, -1, -1) if seen[j:j + n] == tail), None)
+            if at is not None:
+                drafted = seen[at + n:at + n + k]
+                break
+        kept = 0
+        while kept < len(drafted) and i + 1 + kept < len(answer) and drafted[kept] == answer[i + 1 + kept]:
+            kept += 1
+        steps.append(1 + len(drafted))
+        i += 1 + kept
+    return steps
+
+
+def lookup(task_name: str, seeds: list[int], budget: int, ks: list[int], threads: int, out: Path | None) -> None:
+    import llama_cpp
+
+    from gepetto.lm.llama_batch import BatchDecoder
+
+    task = load_task(task_name, seed=0)
+    calls: dict[int, list[tuple[list[int], list[int]]]] = {}
+    end = BatchDecoder._end
+
+    def kept(self: Any, seq: Any, finish: str = "stop", error: Exception | None = None) -> None:
+        if seq.job is not None and error is None:
+            calls.setdefault(id(self), []).append((list(seq.job.prompt), list(seq.out)))
+        end(self, seq, finish, error)
+
+    BatchDecoder._end = kept  # type: ignore[method-assign]
+    answers: list[tuple[list[int], list[int]]] = []
+    try:
+        for seed in seeds:
+            lms = LocalLM("qwen2.5-coder-0.5b"), LocalLM("qwen2.5-coder-1.5b")
+            _default_run(task, lms, seed, budget)
+            answers += calls.get(id(lms[1]._decoder), [])
+            calls.clear()
+            for lm in lms:
+                lm.close()
+    finally:
+        BatchDecoder._end = end  # type: ignore[method-assign]
+    written = sum(len(a) for _, a in answers)
+    plans = {k: [n for p, a in answers for n in _draft_steps(p, a, k)] for k in ks}
+    llama, ctx, batch, toks = _bare_context("qwen2.5-coder-1.5b", threads, 1)
+    mem = llama_cpp.llama_get_memory(ctx.ctx)
+    _decode_cpu(ctx, batch, [(t, i, 0, 0) for i, t in enumerate(toks[:300])])
+    loads, cpu, wall = [os.getloadavg()[0]], {}, {}
+    for j in range(1, max(ks) + 2):
+        runs = []
+        for _ in range(9):
+            llama_cpp.llama_memory_seq_rm(mem, 0, 300, -1)
+            runs.append(_decode_cpu(ctx, batch, [(toks[300 + i], 300 + i, 0, 1) for i in range(j)]))
+        cpu[j], wall[j] = statistics.median(c for c, _ in runs), statistics.median(w for _, w in runs)
+        loads.append(os.getloadavg()[0])
+    del llama
+    rows = []
+    for k in ks:
+        steps = plans[k]
+        rows.append(f"| {k} | {len(steps)} | {written / max(len(steps), 1):.2f} | "
+                    f"{sum(steps) / max(len(steps), 1):.1f} | "
+                    f"{written * cpu[1] / sum(cpu[n] for n in steps):.2f}x | "
+                    f"{written * wall[1] / sum(wall[n] for n in steps):.2f}x |")
+    costs = " | ".join(f"{1000 * cpu[j]:.0f} ms" for j in range(1, max(ks) + 2))
+    text = (f"\n**Drafting the reflection LM's answers from its prompt** (`python benchmarks/local_batch.py lookup "
+            f"--task {task_name} --seeds {' '.join(map(str, seeds))} --budget {budget} --ks "
+            f"{' '.join(map(str, ks))}`; {_machine()}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; load "
+            f"average (1 min) {min(loads):.1f}-{max(loads):.1f}; `git describe`: {_describe()}). "
+            f"{len(answers)} reflection answers, {written} tokens written, one per step without drafts.\n\n"
+            "One sequence decoding j tokens at once (Qwen2.5-Coder 1.5B, after a 300-token prompt; CPU seconds, "
+            "median of 9), j = 1, 2, ...:\n\n"
+            "| " + " | ".join(f"j={j}" for j in range(1, max(ks) + 2)) + " |\n|" + "---:|" * (max(ks) + 1)
+            + f"\n| {costs} |\n\n"
+            "| drafts of at most k | steps | tokens written per step | tokens read per step | predicted speed-up "
+            "of writing (CPU) | (wall) |\n|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
+    _report(text, out)
+
+
 def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], out: Path | None,
-          options: dict[str, Any] | None = None) -> None:
+          options: dict[str, Any] | None = None, metric: str = "plain") -> None:
     task = load_task(task_name, seed=0)
     scorer = LocalLM("qwen2.5-coder-0.5b")
     given = "".join(f" --set {k}={json.dumps(v)}" for k, v in (options or {}).items())
     with_ = f" with{given.replace(' --set', '')}" if given else ""
+    given += f" --metric {metric}" if metric != "plain" else ""
     lines = [f"\n**A whole run, before and after** (`python benchmarks/local_batch.py whole --task {task_name} --seeds "
              f"{' '.join(map(str, seeds))} --budget {budget} --backends {' '.join(backends)}{given}`; {_machine()}; "
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC). The default configuration{with_}, plain user metric, "
+             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC). The default configuration{with_}, {metric} metric, "
              f"fresh store per run; {' then '.join(backends)} for each seed (`git describe`: {_describe()}):\n",
              "| seed | backend | wall | CPU (process) | rollouts | proposals | reflection calls, seconds (summed) | "
              f"validation seed -> best | dev test of the best ({len(task.testset)}) |",
@@ -505,7 +602,7 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
                 lms: tuple[Any, Any] = (SerialLM("qwen2.5-coder-0.5b"), SerialLM("qwen2.5-coder-1.5b"))
             else:
                 lms = ("local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b")
-            result, wall, cpu = _default_run(task, lms, seed, budget, options)
+            result, wall, cpu = _default_run(task, lms, seed, budget, options, metric)
             refl = result.ledger.roles.get("reflection")
             calls, seconds = (refl.calls, refl.seconds) if refl else (0, 0.0)
             test = asyncio.run(evaluate_async(result.best_candidate, task.testset, task.metric, program=task.program,
@@ -523,7 +620,8 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "draft", "where"])
+    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "draft", "where",
+                                         "lookup"])
     ap.add_argument("--task", default=TASK)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--budget", type=int, default=300)
@@ -535,6 +633,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--backends", nargs="+", default=["serial", "batched"], choices=["serial", "batched"],
                     help="whole: the backends to run, in turn for each seed")
+    ap.add_argument("--metric", default="plain", choices=["plain", "float", "builtin"],
+                    help="whole: the metric as a user writes it (usertrack.user_metric), or the task's own")
+    ap.add_argument("--ks", nargs="+", type=int, default=[2, 4, 8], help="lookup: the longest drafts to count")
     ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="whole: an option of gepetto.optimize, VALUE read as JSON; the heading says it")
@@ -548,9 +649,11 @@ def main(argv: list[str] | None = None) -> None:
     elif args.mode == "whole":
         from realtrack import _option
 
-        whole(args.task, args.seeds, args.budget, args.backends, args.out, dict(map(_option, args.set)))
+        whole(args.task, args.seeds, args.budget, args.backends, args.out, dict(map(_option, args.set)), args.metric)
     elif args.mode == "where":
         where(args.task, args.seeds, args.budget, args.out)
+    elif args.mode == "lookup":
+        lookup(args.task, args.seeds, args.budget, args.ks, args.threads, args.out)
     elif args.mode == "draft":
         draft(args.rounds, args.out)
     elif args.mode == "_threads":
