@@ -10,6 +10,7 @@
     python benchmarks/local_batch.py draft --rounds 2 --out F   # the first draft's rule requests: in turn or at once
     python benchmarks/local_batch.py where --task clinc-banking --seeds 0 --budget 300 --out F  # a run's decoding
     python benchmarks/local_batch.py lookup --task demo --seeds 0 --budget 120 --out F  # drafting from the prompt
+    python benchmarks/local_batch.py read --ks 1 2 8 32 128 480 --out F  # one sequence reading k tokens, repacking
 
 The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
 customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
@@ -275,19 +276,23 @@ def agree(n: int, in_flight: int, threads: int, out: Path | None) -> None:
     _report(text, out)
 
 
-def _bare_context(model: str, threads: int, n_seq: int) -> tuple[Any, Any, Any, list[int]]:
-    """A llama.cpp context of `n_seq` sequences on the model (as the batched backend makes it), a batch and tokens."""
+def _bare_context(model: str, threads: int, n_seq: int, extra_bufts: bool = True
+                  ) -> tuple[Any, Any, Any, list[int]]:
+    """A llama.cpp context of `n_seq` sequences on the model (as the batched backend makes it, with llama.cpp's
+    extra buffer types, weight repacking among them, or without), a batch and 800 tokens."""
     import llama_cpp
     from llama_cpp._internals import LlamaContext
 
+    from gepetto.lm import cpu
     from gepetto.lm.local import _new_llama
 
-    llama = _new_llama(model_path(model), n_threads=threads)
+    with cpu.extra_bufts(extra_bufts):
+        llama = _new_llama(model_path(model), n_threads=threads)
     params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
     params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max, params.kv_unified = 4096, 512, 512, n_seq, True
     ctx = LlamaContext(model=llama._model, params=params, verbose=False)
-    text = b"Read the customer's message and answer with a JSON object with the keys item and quantity. " * 40
-    return llama, ctx, llama_cpp.llama_batch_init(512, 0, 1), llama.tokenize(text)[:400]
+    text = b"Read the customer's message and answer with a JSON object with the keys item and quantity. " * 80
+    return llama, ctx, llama_cpp.llama_batch_init(512, 0, 1), llama.tokenize(text)[:800]
 
 
 def _decode_cpu(ctx: Any, batch: Any, entries: list[tuple[int, int, int, int]]) -> tuple[float, float]:
@@ -333,6 +338,40 @@ def cost(model: str, threads: int, out: Path | None) -> None:
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_machine()}, load average (1 min) "
             f"{min(loads):.1f}-{max(loads):.1f}; median of 7; in brackets, tokens per CPU second against 1 "
             f"sequence.\n\n{head}\n{line}\n")
+    _report(text, out)
+
+
+def read(models: list[str], ks: list[int], threads: int, out: Path | None) -> None:
+    """One sequence reading k tokens in one decode (after a 300-token prompt; the logits of the last only, as when
+    reading a prompt), with llama.cpp's extra buffer types (repacked weights) and without."""
+    import llama_cpp
+
+    rows, loads = [], [os.getloadavg()[0]]
+    for model in models:
+        for extra in (True, False):
+            llama, ctx, batch, toks = _bare_context(model, threads, 1, extra)
+            mem = llama_cpp.llama_get_memory(ctx.ctx)
+            _decode_cpu(ctx, batch, [(t, i, 0, 0) for i, t in enumerate(toks[:300])])
+            cells = []
+            for k in ks:
+                runs = []
+                for _ in range(5):
+                    llama_cpp.llama_memory_seq_rm(mem, 0, 300, -1)
+                    runs.append(_decode_cpu(ctx, batch, [(toks[300 + j], 300 + j, 0, int(j == k - 1))
+                                                         for j in range(k)]))
+                wall = statistics.median(w for _, w in runs)
+                cells.append(f"{1000 * wall:.0f} ms ({k / wall:.0f}/s)")
+                loads.append(os.getloadavg()[0])
+            ctx.close()
+            del llama
+            row = f"| {model} | {'on' if extra else 'off'} | " + " | ".join(cells) + " |"
+            print(row, flush=True)
+            rows.append(row)
+    text = (f"\n`python benchmarks/local_batch.py read --models {' '.join(models)} --ks {' '.join(map(str, ks))}"
+            f" --threads {threads}`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_machine()}, load average "
+            f"(1 min) {min(loads):.1f}-{max(loads):.1f}; wall time of one decode of k tokens of one sequence, median "
+            f"of 5, in brackets tokens per second.\n\n| model | extra buffer types | "
+            + " | ".join(f"k={k}" for k in ks) + " |\n|---|---|" + "---:|" * len(ks) + "\n" + "\n".join(rows) + "\n")
     _report(text, out)
 
 
@@ -621,11 +660,12 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "draft", "where",
-                                         "lookup"])
+                                         "lookup", "read"])
     ap.add_argument("--task", default=TASK)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--budget", type=int, default=300)
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], help="read")
     ap.add_argument("--workload", default="clinc", choices=["clinc", "unshared", "write", "long"])
     ap.add_argument("--parallel", nargs="+", type=int, default=[1, 2, 4, 8, 12])
     ap.add_argument("--n", type=int, default=24, help="calls per round (curve) or examples (agree)")
@@ -635,7 +675,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="whole: the backends to run, in turn for each seed")
     ap.add_argument("--metric", default="plain", choices=["plain", "float", "builtin"],
                     help="whole: the metric as a user writes it (usertrack.user_metric), or the task's own")
-    ap.add_argument("--ks", nargs="+", type=int, default=[2, 4, 8], help="lookup: the longest drafts to count")
+    ap.add_argument("--ks", nargs="+", type=int, default=[2, 4, 8],
+                    help="lookup: the longest drafts to count; read: the tokens read at once")
     ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="whole: an option of gepetto.optimize, VALUE read as JSON; the heading says it")
@@ -652,6 +693,8 @@ def main(argv: list[str] | None = None) -> None:
         whole(args.task, args.seeds, args.budget, args.backends, args.out, dict(map(_option, args.set)), args.metric)
     elif args.mode == "where":
         where(args.task, args.seeds, args.budget, args.out)
+    elif args.mode == "read":
+        read(args.models, args.ks, args.threads, args.out)
     elif args.mode == "lookup":
         lookup(args.task, args.seeds, args.budget, args.ks, args.threads, args.out)
     elif args.mode == "draft":
