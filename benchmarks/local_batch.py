@@ -46,12 +46,12 @@ tokens in fresh processes with 1 or 2 threads and libgomp's default wait policy 
 
 `lookup` asks what prompt-lookup decoding (drafting the next tokens of an answer from an earlier occurrence of its
 last few tokens in the prompt or the answer, and checking the draft in the same decode) would buy the reflection
-LM: it runs the default once per seed, keeps the tokens of every reflection prompt and answer, counts the decode
-steps a drafter of at most k tokens would need to write the same answers (a draft token is kept while it is the
-token written), and times one sequence decoding j tokens at once on a bare context, which is what a step with a
-draft costs. The predicted speed-up of the answers' writing is their tokens at the cost of one token each, over
-the steps at the cost of their batch (an upper bound: a sampled answer keeps a drafted token only with the
-probability the model gives it, and here the written token is taken as that sample).
+LM: it runs the default once per seed (plain user metric unless `--metric`), keeps the tokens of every reflection
+prompt and answer, counts the decode steps a drafter of at most k tokens would need to write the same answers (a
+draft token is kept while it is the token written), and times one sequence decoding j tokens at once on a bare
+context, which is what a step with a draft costs. The predicted speed-up of the answers' writing is their tokens
+at the cost of one token each, over the steps at the cost of their batch (an upper bound: a sampled answer keeps a
+drafted token only with the probability the model gives it, and here the written token is taken as that sample).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -341,30 +342,39 @@ def cost(model: str, threads: int, out: Path | None) -> None:
     _report(text, out)
 
 
-def read(models: list[str], ks: list[int], threads: int, out: Path | None) -> None:
-    """One sequence reading k tokens in one decode (after a 300-token prompt; the logits of the last only, as when
-    reading a prompt), with llama.cpp's extra buffer types (repacked weights) and without."""
+def _read_costs(model: str, threads: int, ks: Sequence[int], *, extra_bufts: bool = True, every_logit: bool = False,
+                reps: int = 5) -> dict[int, tuple[float, float]]:
+    """One sequence reading k tokens in one decode after a 300-token prompt, for each k: the median (CPU seconds,
+    wall seconds) of `reps`. With `every_logit` the logits of every token are computed (a step checking a draft),
+    else those of the last only (a prompt read in one batch)."""
     import llama_cpp
 
+    llama, ctx, batch, toks = _bare_context(model, threads, 1, extra_bufts)
+    mem = llama_cpp.llama_get_memory(ctx.ctx)
+    _decode_cpu(ctx, batch, [(t, i, 0, 0) for i, t in enumerate(toks[:300])])
+    costs = {}
+    for k in ks:
+        runs = []
+        for _ in range(reps):
+            llama_cpp.llama_memory_seq_rm(mem, 0, 300, -1)
+            runs.append(_decode_cpu(ctx, batch, [(toks[300 + j], 300 + j, 0, int(every_logit or j == k - 1))
+                                                 for j in range(k)]))
+        costs[k] = statistics.median(c for c, _ in runs), statistics.median(w for _, w in runs)
+    ctx.close()
+    del llama
+    return costs
+
+
+def read(models: list[str], ks: list[int], threads: int, out: Path | None) -> None:
+    """One sequence reading k tokens in one decode (a prompt read in one batch), with llama.cpp's extra buffer
+    types (repacked weights) and without."""
     rows, loads = [], [os.getloadavg()[0]]
     for model in models:
         for extra in (True, False):
-            llama, ctx, batch, toks = _bare_context(model, threads, 1, extra)
-            mem = llama_cpp.llama_get_memory(ctx.ctx)
-            _decode_cpu(ctx, batch, [(t, i, 0, 0) for i, t in enumerate(toks[:300])])
-            cells = []
-            for k in ks:
-                runs = []
-                for _ in range(5):
-                    llama_cpp.llama_memory_seq_rm(mem, 0, 300, -1)
-                    runs.append(_decode_cpu(ctx, batch, [(toks[300 + j], 300 + j, 0, int(j == k - 1))
-                                                         for j in range(k)]))
-                wall = statistics.median(w for _, w in runs)
-                cells.append(f"{1000 * wall:.0f} ms ({k / wall:.0f}/s)")
-                loads.append(os.getloadavg()[0])
-            ctx.close()
-            del llama
-            row = f"| {model} | {'on' if extra else 'off'} | " + " | ".join(cells) + " |"
+            costs = _read_costs(model, threads, ks, extra_bufts=extra)
+            loads.append(os.getloadavg()[0])
+            row = (f"| {model} | {'on' if extra else 'off'} | "
+                   + " | ".join(f"{1000 * costs[k][1]:.0f} ms ({k / costs[k][1]:.0f}/s)" for k in ks) + " |")
             print(row, flush=True)
             rows.append(row)
     text = (f"\n`python benchmarks/local_batch.py read --models {' '.join(models)} --ks {' '.join(map(str, ks))}"
@@ -559,9 +569,8 @@ def _draft_steps(prompt: list[int], answer: list[int], k: int, longest: int = 3)
     return steps
 
 
-def lookup(task_name: str, seeds: list[int], budget: int, ks: list[int], threads: int, out: Path | None) -> None:
-    import llama_cpp
-
+def lookup(task_name: str, seeds: list[int], budget: int, ks: list[int], threads: int, out: Path | None,
+           metric: str = "plain") -> None:
     from gepetto.lm.llama_batch import BatchDecoder
 
     task = load_task(task_name, seed=0)
@@ -578,7 +587,7 @@ def lookup(task_name: str, seeds: list[int], budget: int, ks: list[int], threads
     try:
         for seed in seeds:
             lms = LocalLM("qwen2.5-coder-0.5b"), LocalLM("qwen2.5-coder-1.5b")
-            _default_run(task, lms, seed, budget)
+            _default_run(task, lms, seed, budget, metric=metric)
             answers += calls.get(id(lms[1]._decoder), [])
             calls.clear()
             for lm in lms:
@@ -586,19 +595,13 @@ def lookup(task_name: str, seeds: list[int], budget: int, ks: list[int], threads
     finally:
         BatchDecoder._end = end  # type: ignore[method-assign]
     written = sum(len(a) for _, a in answers)
+    if not written:
+        sys.exit(f"no reflection answer in {len(seeds)} run(s) of {task_name} at budget {budget}: a larger budget")
     plans = {k: [n for p, a in answers for n in _draft_steps(p, a, k)] for k in ks}
-    llama, ctx, batch, toks = _bare_context("qwen2.5-coder-1.5b", threads, 1)
-    mem = llama_cpp.llama_get_memory(ctx.ctx)
-    _decode_cpu(ctx, batch, [(t, i, 0, 0) for i, t in enumerate(toks[:300])])
-    loads, cpu, wall = [os.getloadavg()[0]], {}, {}
-    for j in range(1, max(ks) + 2):
-        runs = []
-        for _ in range(9):
-            llama_cpp.llama_memory_seq_rm(mem, 0, 300, -1)
-            runs.append(_decode_cpu(ctx, batch, [(toks[300 + i], 300 + i, 0, 1) for i in range(j)]))
-        cpu[j], wall[j] = statistics.median(c for c, _ in runs), statistics.median(w for _, w in runs)
-        loads.append(os.getloadavg()[0])
-    del llama
+    loads = [os.getloadavg()[0]]
+    costs = _read_costs("qwen2.5-coder-1.5b", threads, range(1, max(ks) + 2), every_logit=True, reps=9)
+    loads.append(os.getloadavg()[0])
+    cpu, wall = ({j: c[i] for j, c in costs.items()} for i in (0, 1))
     rows = []
     for k in ks:
         steps = plans[k]
@@ -606,16 +609,17 @@ def lookup(task_name: str, seeds: list[int], budget: int, ks: list[int], threads
                     f"{sum(steps) / max(len(steps), 1):.1f} | "
                     f"{written * cpu[1] / sum(cpu[n] for n in steps):.2f}x | "
                     f"{written * wall[1] / sum(wall[n] for n in steps):.2f}x |")
-    costs = " | ".join(f"{1000 * cpu[j]:.0f} ms" for j in range(1, max(ks) + 2))
+    per_j = " | ".join(f"{1000 * cpu[j]:.0f} ms" for j in range(1, max(ks) + 2))
     text = (f"\n**Drafting the reflection LM's answers from its prompt** (`python benchmarks/local_batch.py lookup "
             f"--task {task_name} --seeds {' '.join(map(str, seeds))} --budget {budget} --ks "
-            f"{' '.join(map(str, ks))}`; {_machine()}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; load "
+            f"{' '.join(map(str, ks))}{f' --metric {metric}' if metric != 'plain' else ''}`; {_machine()}; "
+            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; load "
             f"average (1 min) {min(loads):.1f}-{max(loads):.1f}; `git describe`: {_describe()}). "
             f"{len(answers)} reflection answers, {written} tokens written, one per step without drafts.\n\n"
             "One sequence decoding j tokens at once (Qwen2.5-Coder 1.5B, after a 300-token prompt; CPU seconds, "
             "median of 9), j = 1, 2, ...:\n\n"
             "| " + " | ".join(f"j={j}" for j in range(1, max(ks) + 2)) + " |\n|" + "---:|" * (max(ks) + 1)
-            + f"\n| {costs} |\n\n"
+            + f"\n| {per_j} |\n\n"
             "| drafts of at most k | steps | tokens written per step | tokens read per step | predicted speed-up "
             "of writing (CPU) | (wall) |\n|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n")
     _report(text, out)
@@ -674,7 +678,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backends", nargs="+", default=["serial", "batched"], choices=["serial", "batched"],
                     help="whole: the backends to run, in turn for each seed")
     ap.add_argument("--metric", default="plain", choices=["plain", "float", "builtin"],
-                    help="whole: the metric as a user writes it (usertrack.user_metric), or the task's own")
+                    help="whole, lookup: the metric as a user writes it (usertrack.user_metric), or the task's own")
     ap.add_argument("--ks", nargs="+", type=int, default=[2, 4, 8],
                     help="lookup: the longest drafts to count; read: the tokens read at once")
     ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
@@ -696,7 +700,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.mode == "read":
         read(args.models, args.ks, args.threads, args.out)
     elif args.mode == "lookup":
-        lookup(args.task, args.seeds, args.budget, args.ks, args.threads, args.out)
+        lookup(args.task, args.seeds, args.budget, args.ks, args.threads, args.out, args.metric)
     elif args.mode == "draft":
         draft(args.rounds, args.out)
     elif args.mode == "_threads":
