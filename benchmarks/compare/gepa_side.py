@@ -36,14 +36,6 @@ from .measure import (
 T = TypeVar("T")
 
 
-def gepa_version() -> str:
-    from importlib.metadata import version
-
-    import gepa  # noqa: F401
-
-    return version("gepa")
-
-
 class LoopThread:
     """One event loop in a background thread, so gepa's synchronous calls can await gepetto's async LMs."""
 

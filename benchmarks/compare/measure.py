@@ -10,10 +10,13 @@ sampled whenever the optimiser learns a new candidate's validation score.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import gzip
 import io
 import json
 import math
+import os
+import platform
 import statistics
 import threading
 import time
@@ -30,6 +33,26 @@ from gepetto.events import CandidateAdded, Event, Outcome, ProposalTested, Refle
 from gepetto.lm.base import LM, Completion, Message
 from gepetto.program import Metric, Task, TraceEntry
 from gepetto.types import Candidate, Example, Score
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def gepa_version() -> str:
+    """The installed reference gepa's version (the pages say which one they measured)."""
+    from importlib.metadata import version
+
+    return version("gepa")
+
+
+def header(title: str, argv: Sequence[str]) -> list[str]:
+    """The first lines of a results page of `run.py`: its title, the command, the machine and the date."""
+    return [
+        f"# {title}", "",
+        f"Command: `python benchmarks/compare/run.py {' '.join(argv)}`", "",
+        f"Machine: {os.cpu_count()} CPU cores, no GPU; Python {platform.python_version()}; gepa {gepa_version()}; "
+        f"date {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.", "",
+    ]
+
 
 WASTE_KINDS = ("empty", "unchanged", "echo", "chat")
 JSON_BYTES = 100_000  # raw numbers larger than this are written as X.json.gz

@@ -19,10 +19,9 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.compare import sim_rules  # noqa: E402
 from benchmarks.compare.demo_summary import plot as demo_plot  # noqa: E402
-from benchmarks.compare.measure import load_json, load_meta, plot_curves, plot_mean_curves  # noqa: E402
+from benchmarks.compare.measure import RESULTS, load_json, load_meta, plot_curves, plot_mean_curves  # noqa: E402
 from benchmarks.compare.walltime import walltime_plots  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
 # efficiency_demo.png: the systems and the pooling of its command in benchmarks/results/efficiency_demo.md
 DEMO_SYSTEMS = ["gepa", "gepetto-old-default", "gepetto", "gepetto-fewshot", "gepetto-fewshot-adaptive",
                 "gepetto-fewshot-default", "gepetto-seek", "gepetto-len250", "gepetto-len250-shorten"]

@@ -12,9 +12,6 @@ seed) to benchmarks/results/, plus the raw numbers as JSON. Needs `gepa` and `ma
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
-import platform
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,11 +23,13 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.compare import sim_rules  # noqa: E402
 from benchmarks.compare.measure import (  # noqa: E402
+    RESULTS,
     RUN_HEADER,
     RUN_RULE,
     RunRecord,
     checkpoint_rows,
     constant_baseline,
+    header,
     paired,
     plot_curves,
     plot_mean_curves,
@@ -47,7 +46,6 @@ from gepetto.lm.base import LM  # noqa: E402
 from gepetto.program import Task  # noqa: E402
 from gepetto.types import Candidate  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
 SYSTEMS = ("gepetto", "gepa", "gepa+merge")
 # gepetto with other settings than its defaults (not run unless named in --systems)
 GEPETTO_VARIANTS: dict[str, dict[str, Any]] = {
@@ -123,17 +121,6 @@ def variant_rows(records: Sequence[RunRecord], base: str, other: str) -> list[st
                     f"{rollouts_to_fraction(b.curve, 1.0)} | {b.proposals.get('raced_out', 0)} | "
                     f"{b.proposals.get('racing_saved', 0)} |")
     return rows
-
-
-def header(title: str, argv: Sequence[str]) -> list[str]:
-    from benchmarks.compare.gepa_side import gepa_version
-
-    return [
-        f"# {title}", "",
-        f"Command: `python benchmarks/compare/run.py {' '.join(argv)}`", "",
-        f"Machine: {os.cpu_count()} CPU cores, no GPU; Python {platform.python_version()}; gepa {gepa_version()}; "
-        f"date {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.", "",
-    ]
 
 
 def log(record: RunRecord) -> None:

@@ -28,11 +28,13 @@ from typing import Any
 
 from benchmarks.compare import sim_rules
 from benchmarks.compare.measure import (
+    RESULTS,
     RUN_HEADER,
     RUN_RULE,
     CountingMetric,
     RunRecord,
     checkpoint_rows,
+    header,
     load_json,
     plot_curves,
     plot_mean_curves,
@@ -197,7 +199,6 @@ def one_run(label: str, world: sim_rules.RulesWorld, task: Any, args: argparse.N
 
 
 def walltime_track(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    from benchmarks.compare.run import RESULTS, header
 
     if args.replot:
         walltime_plots(load_json(RESULTS / f"{args.name}.json"), RESULTS, args.name)
