@@ -373,12 +373,7 @@ def table(log: Path) -> str:
                     + (f", dev test {r['dev_test']:.3f}" if "dev_test" in r else "")
                     + (f", locked {locked_of[(task, _key(r['best']))]:.3f}" if (task, _key(r["best"])) in locked_of
                        else "")
-                    + (f" (re-chosen by today's rule; the run's own best: dev test {r['reselected']['dev_test']:.3f})"
-                       if r.get("reselected") and not r["reselected"]["same"] and r["reselected"].get("dev_test")
-                       is not None else "")
-                    + (" (re-chosen by today's rule; the run's own best: val "
-                       f"{r['reselected']['best_val']:.3f})" if r.get("reselected") and not r["reselected"]["same"]
-                       and r["reselected"].get("dev_test") is None else "")
+                    + _rechosen(r)
                     + f", {r['rollouts']} rollouts, {r['seconds']} s, commit "
                     + (f"{r['reselected']['commit']} (re-chosen at {r['commit']})" if r.get("reselected")
                        else str(r["commit"]))
@@ -386,6 +381,16 @@ def table(log: Path) -> str:
                     for r in sorted(rs, key=lambda r: r["seed"]))
                 out.append(f"\n- {what}: {per}" + (f"; {rs[0]['route']}" if rs[0].get("route") else ""))
     return "\n".join(out)
+
+
+def _rechosen(row: dict[str, Any]) -> str:
+    """For a run whose best today's rule changed (`reselect`): the run's own best, by its dev test (or, on a
+    locked-only task, its validation score)."""
+    was = row.get("reselected")
+    if not was or was["same"]:
+        return ""
+    own = f"dev test {was['dev_test']:.3f}" if was.get("dev_test") is not None else f"val {was['best_val']:.3f}"
+    return f" (re-chosen by today's rule; the run's own best: {own})"
 
 
 def _outcomes(proposals: dict[str, int]) -> str:
