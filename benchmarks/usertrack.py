@@ -59,6 +59,7 @@ TASKS = ["clinc-banking", "clinc-kitchen", "clinc-credit-oos", "clinc-work-oos",
 LOCKED_ONLY = {"clinc-home", "clinc-auto"}
 # task loader options: each task's fixed splits (data seed 0) and, for the new task types, their expert form
 TASK_OPTIONS: dict[str, dict[str, Any]] = {"snips-weather": {"expert_form": "examples"}}
+LOCKED_SEEDS = (0, 1, 2)  # every task's locked figure is of these seeds' runs
 LOG = Path("benchmarks/results/usertrack.jsonl.gz")  # gzip members appended, one per write
 # the rule that chose a run's best (rows before it have none: "seed", the best had to beat the seed only)
 BEST_RULE = "lineage"  # engine/pareto.py: beats the seed, and the best before it unless its child (flip test)
@@ -270,7 +271,8 @@ def read_log(log: Path) -> list[dict[str, Any]]:
 def locked(name: str, storage: Path, log: Path, label: str = "") -> list[dict[str, Any]]:
     """The first look at the locked split: the baselines, the gepa runs and `stored` candidates of this task in the
     log, and the best candidate of the latest run of each metric and seed of one variant (`label`; empty: the
-    default), as the table shows them. Other variants are not scored. A candidate already scored there is not
+    default), as the table shows them, of the seeds in LOCKED_SEEDS (more seeds run on dev are not scored there).
+    Other variants are not scored. A candidate already scored there is not
     scored again, so every locked row written is a first look."""
     task = task_of(name, "locked")
     rows = read_log(log)
@@ -279,7 +281,7 @@ def locked(name: str, storage: Path, log: Path, label: str = "") -> list[dict[st
     if not any(r["kind"] == "locked-baselines" and r["task"] == name for r in rows):
         out.append({**baselines(name, storage, "locked"), "kind": "locked-baselines", "first_look": True})
     latest = {(r.get("metric"), r.get("seed")): r for r in rows
-              if r["kind"] == "run" and r["task"] == name and r.get("label", "") == label}
+              if r["kind"] == "run" and r["task"] == name and r.get("label", "") == label and r["seed"] in LOCKED_SEEDS}
     chosen = [r for r in rows if r["kind"] in ("gepa", "candidate") and r["task"] == name] + list(latest.values())
     for r in chosen:
         key = _key(r.get("best"))
