@@ -1,6 +1,7 @@
 """Few-shot demonstrations (engine/demos.py and the FewShot proposer): texts, choices and whole runs."""
 
 import asyncio
+import json
 import os
 import random
 import re
@@ -376,3 +377,93 @@ def _demo_tests(task_lm, *, adaptive):
 def test_the_learnt_share_keeps_demonstrations_where_they_help():
     result, shown = _demo_tests(_task_lm(), adaptive=True)  # only demonstrations help this task LM
     assert any(e.accepted for e in shown) and result.best_score >= 0.875
+
+
+# ---- demonstrations written from golds ------------------------------------------------------------------------
+def test_a_gold_is_written_the_way_the_task_lm_answers():
+    assert demos.written_as("  bill\nbalance ", "anything") == "bill balance"
+    assert demos.written_as({"city": "Paris"}, '{"city": "Lyon"}') == '{"city": "Paris"}'
+    assert demos.written_as({"city": "Paris"}, '```json\n{"city": "Lyon"}\n```') == '{"city": "Paris"}'
+    assert demos.written_as(["a"], "[]") == '["a"]'
+    assert demos.written_as({"answer": "18"}, "First, 3 + 15 = 18. Answer: 18") is None  # prose: no JSON shown
+    assert demos.written_as({"answer": "18"}, "") is None and demos.written_as(18, "18") is None
+    assert demos.written_as("", "x") is None
+
+
+def test_from_gold_needs_the_one_call_whose_answer_the_program_returns():
+    one = Rollout("e1", Score(0.0, "Wrong."), '{"x": 1}', [TraceEntry("instruction", "two\nlines", '{"x": 1}')])
+    assert demos.from_gold(one, "instruction", {"city": "Paris"}) == demos.Demo("two lines", '{"city": "Paris"}',
+                                                                                   "e1")
+    cut = Rollout("e1", Score(0.0, "Cut."), '{"x": ', [TraceEntry("instruction", "m", '{"x": ', "length")])
+    assert demos.from_gold(cut, "instruction", {"city": "Paris"}) is not None  # the input is whole: its gold shows
+    parsed = Rollout("e1", Score(0.0, "Wrong."), {"x": 1}, [TraceEntry("instruction", "m", '{"x": 1}')])
+    assert demos.from_gold(parsed, "instruction", {"city": "Paris"}) is None  # the program changed the answer
+    two = Rollout("e1", Score(0.0, "Wrong."), "b", [TraceEntry("plan", "m", "a"), TraceEntry("instruction", "a", "b")])
+    assert demos.from_gold(two, "instruction", "c") is None  # a call's right answer is not the gold
+    assert demos.from_gold(one, "other", {"city": "Paris"}) is None
+    long = Rollout("e1", Score(0.0, "Wrong."), "y", [TraceEntry("instruction", "x" * 600, "y")])
+    assert demos.from_gold(long, "instruction", "z") is None
+
+
+def _shown_only_lm():
+    """Answers a message's label only when the system prompt demonstrates that label: it never solves one alone."""
+    def answer(messages, params):
+        system, user = messages[0]["content"], messages[-1]["content"]
+        kind = _MSG.search(user).group(2)
+        return Completion(_label(kind) if f"Output: {_label(kind)}" in system else "other", finish_reason="stop")
+
+    return ScriptedLM(answer, name="shown-only")
+
+
+def _gold_run(fewshot, metric=_metric, proposer="auto"):
+    reflection = ScriptedLM(lambda m, p: "<new_instruction>Classify the message carefully.</new_instruction>",
+                            name="reflect")
+    engine = build_engine({"instruction": "Classify the message. Reply with the label only."}, _examples("t", 32),
+                          metric, valset=_examples("v", 16), program=single_instruction(), task_lm=_shown_only_lm(),
+                          reflection_lm=reflection, budget=300, merge="off", seed=0, fewshot=fewshot,
+                          proposer=proposer)
+    return asyncio.run(engine.run())
+
+
+def test_demonstrations_from_golds_where_no_example_is_solved():
+    assert _gold_run("fewshot(k=4, gold=false)").best_score == 0.0  # nothing solved: nothing to demonstrate
+    result = _gold_run("fewshot(k=4, gold=true)")
+    assert result.best_score >= 0.75
+    shown = demos.split(result.best_candidate["instruction"])[1]
+    assert len(shown) >= 3 and all(re.search(r"\(#t\d+\)", d.input) and d.output.startswith("label_") for d in shown)
+    # unset: on with whole rewrites, off with rule edits
+    assert _gold_run("fewshot(k=4)", proposer="rewrite").best_score >= 0.75
+    assert _gold_run("fewshot(k=4)", proposer="edit").best_score == 0.0
+
+
+def test_a_mapping_gold_loses_the_fields_the_metric_does_not_need():
+    from gepetto.testing import ScriptedLM as Scripted
+
+    train = [Example({"message": f"order {i}"}, gold={"item": "cup", "quantity": i, "note": "a note"}, id=f"t{i}")
+             for i in range(8)]
+
+    def metric(example, output, trace):  # asks for the item and the quantity; a note is neither here nor there
+        data = json.loads(output) if str(output).startswith("{") else {}
+        ok = data.get("item") == "cup" and data.get("quantity") == example.gold["quantity"]
+        return Score(1.0 if ok else 0.0, "Checked.")
+
+    from gepetto.events import ProposalTested
+
+    seen: list = []
+    engine = build_engine({"instruction": "Reply with JSON."}, train, metric, callbacks=seen.append, valset=[
+        Example({"message": f"order {i}"}, gold={"item": "cup", "quantity": i, "note": ""}, id=f"v{i}")
+        for i in range(10, 14)], program=single_instruction(), merge="off", seed=0, budget=60,
+        task_lm=Scripted(lambda m, p: Completion('{"item": "mug"}', finish_reason="stop")), fewshot="fewshot(k=2)",
+        reflection_lm=Scripted(lambda m, p: "<new_instruction>Reply with JSON only.</new_instruction>"))
+    asyncio.run(engine.run())
+    shown = [d for e in seen if isinstance(e, ProposalTested) and e.origin == "demo" for d in demos.split(e.text)[1]]
+    assert shown and all(json.loads(d.output) == {"item": "cup", "quantity": int(d.input.split()[-1])}
+                         for d in shown)
+
+
+def test_a_gold_the_metric_does_not_score_perfect_is_never_shown():
+    def strict(example, output, trace):  # the right answer is "Label: <gold>", not the bare gold
+        return Score(1.0 if str(output).strip() == f"Label: {example.gold}" else 0.0, "Checked.")
+
+    result = _gold_run("fewshot(k=4, gold=true)", metric=strict)
+    assert not any(demos.HEADER in c.candidate["instruction"] for c in result.candidates)

@@ -104,7 +104,8 @@ def test_a_rewrite_that_repeats_an_earlier_child_is_asked_again():
         return f"<new_instruction>Answer the question. Apply rule-9. Draft {params['seed']}.</new_instruction>"
 
     lm = ScriptedLM(answer)
-    result = run(reflection=lm, budget=60, seed=0, max_idle_iterations=3)
+    result = run(reflection=lm, budget=60, seed=0, max_idle_iterations=3,
+                 fewshot="fewshot(gold=false)")  # (no demonstration from a gold: only rewrites are tested)
     retried = [(m, p) for m, p in lm.calls if p["seed"] % 10 == 1]
     assert retried and all("proposed before" in m[-1]["content"] for m, _ in retried)
     assert result.proposals[Outcome.ALREADY_TRIED] == len(retried)  # each refused before its child was built

@@ -59,7 +59,8 @@ def test_an_over_long_proposal_costs_no_rollout():
 
     events = []
     reflection = ScriptedLM(lambda m, p: f"<new_instruction>{LONG}</new_instruction>")  # always too long
-    engine = _engine(reflection, max_component_chars=200, reflection_attempts=3, max_idle_iterations=3)
+    engine = _engine(reflection, max_component_chars=200, reflection_attempts=3, max_idle_iterations=3,
+                     fewshot="fewshot(gold=false)")  # (no demonstration from a gold: only rewrites are proposed)
     engine.callbacks.append(events.append)
     res = asyncio.run(engine.run())
     assert res.proposals[Outcome.OVER_LENGTH] == len(reflection.calls) >= 3

@@ -545,7 +545,7 @@ def _stored(storage, stop=None, seed=2, **options):
 
 
 # (each on a seed whose path has merges, and demonstrations when they are on)
-@pytest.mark.parametrize("options", [{"parent_selector": "pareto", "seed": 8}]
+@pytest.mark.parametrize("options", [{"parent_selector": "pareto", "seed": 1}]
                          + [{"parent_selector": name} for name in PARENT_SELECTORS[1:]]
                          + [{"parent_selector": "epsilon-greedy(epsilon=0.5)", "component_selector": "all"},
                             {"proposer": "edit", "accept": "non_decreasing"},
@@ -555,9 +555,9 @@ def _stored(storage, stop=None, seed=2, **options):
                             {"fewshot": "fewshot(k=2, share=0.7)", "accept": "non_decreasing"},
                             {"fewshot": "fewshot(k=2, adaptive=false)", "accept": "non_decreasing"},
                             {"validation": "racing(chunk=1)", "proposals_per_round": 3},
-                            {"merge": "merge(adaptive=true)", "seed": 8},
+                            {"merge": "merge(adaptive=true)", "seed": 5},
                             {"accept": "paired(tolerance=0.34)", "fewshot": 0, "seed": 4},
-                            {"seek_failures": 2, "seed": 8}, {"seek_failures": 4, "proposals_per_round": 3},
+                            {"seek_failures": 2, "seed": 0}, {"seek_failures": 4, "proposals_per_round": 3},
                             {"accept": "paired(tolerance=0.34)", "proposals_per_round": 3}])
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, options):
     whole = _stored(tmp_path / "whole.sqlite", **options)

@@ -121,7 +121,7 @@ class RunRecord:
     best_val: float
     seed_val: float
     rollouts_own: int  # the system's own count (gepetto: rollouts_used; gepa: total_metric_calls)
-    rollouts_counted: int  # metric calls counted by the harness during optimisation
+    rollouts_counted: int  # metric calls counted by the harness during optimisation (metric_checks included)
     wall_s: float
     task_calls: int
     task_tokens: tuple[int, int]
@@ -136,6 +136,7 @@ class RunRecord:
     # (rollouts, test score of the candidate the run would have returned then): each time the best validation
     # score rose; only where test scores cost nothing (the simulated track: `held_out_curve`)
     test_curve: list[tuple[int, float]] = field(default_factory=list)
+    metric_checks: int = 0  # of rollouts_counted, the metric calls that judged no rollout (gepetto: golds as answers)
 
     @property
     def rollouts_to_95(self) -> int | None:
@@ -250,7 +251,7 @@ def run_gepetto(task: Task, task_lm: LM, reflection_lm: LM, *, budget: int, seed
                      curve, len(result.candidates), proposals, result.best_candidate.to_dict(),
                      note=f"stopped: {result.stop_message}; LM errors: task {tlm.errors}, reflection {rlm.errors}",
                      curve_s=curve_s, test_curve=scored_on_test(task, bests, test_lm or task_lm) if held_out_curve
-                     else [])
+                     else [], metric_checks=result.metric_checks)
 
 
 def scored_on_test(task: Task, bests: Sequence[tuple[int, dict[str, str]]], lm: LM) -> list[tuple[int, float]]:

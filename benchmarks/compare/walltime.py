@@ -172,6 +172,7 @@ def one_run(label: str, world: sim_rules.RulesWorld, task: Any, args: argparse.N
             result, (curve, curve_s), wall = run_gepetto_http(task, url, args.budget, seed, args.concurrency,
                                                                proposals, metric)
             own, best, seed_val = result.rollouts_used, result.best_candidate.to_dict(), result.seed_score
+            checks = result.metric_checks
             best_val, n_cands = result.best_score, len(result.candidates)
             p = result.proposals
             proposals_d = proposal_accounting(
@@ -180,7 +181,7 @@ def one_run(label: str, world: sim_rules.RulesWorld, task: Any, args: argparse.N
         else:
             n_workers = args.concurrency if workers == "max" else 10  # DefaultAdapter's default
             result, rec, wall = run_gepa_http(task, url, args.budget, seed, n_workers, proposals, metric)
-            curve, curve_s, own = rec.curve, rec.curve_s, int(result.total_metric_calls or 0)
+            curve, curve_s, own, checks = rec.curve, rec.curve_s, int(result.total_metric_calls or 0), 0
             scores = list(result.val_aggregate_scores)
             best, best_val, seed_val, n_cands = dict(result.best_candidate), scores[result.best_idx], scores[0], \
                 len(result.candidates)
@@ -192,7 +193,8 @@ def one_run(label: str, world: sim_rules.RulesWorld, task: Any, args: argparse.N
     test = test_score(task, best, world.task_lm(seed))
     record = RunRecord(label, task.name, seed, args.budget, test, best_val, seed_val, own, counted, wall,
                        task_counts[0], task_counts[1:], refl_counts[0], refl_counts[1:], curve, n_cands,
-                       proposals_d, best, note=f"most requests in flight: {max_in_flight}", curve_s=curve_s)
+                       proposals_d, best, note=f"most requests in flight: {max_in_flight}", curve_s=curve_s,
+                       metric_checks=checks)
     print(f"  {label:38s} seed {seed}: wall {wall:6.1f}s rollouts {own}/{counted} val {best_val:.3f} "
           f"test {test:.3f} in flight {max_in_flight}", flush=True)
     return record

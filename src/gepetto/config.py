@@ -195,10 +195,11 @@ class EngineConfig(_Options):
     # default with the built-in proposers (docs/design-notes.md), with a proposer of one's own only when k is set,
     # and never in a run with no valset apart (it has no example to show)
     fewshot: str = _field("fewshot", "Few-shot demonstrations (solved training examples) in a component's text: "
-                          f"fewshot(k=null, share=0.5, adaptive=true, gate_solved=3) (at most k per component, "
-                          f"default {FEWSHOT} with a built-in proposer, none when every training example is also a "
-                          "validation example; a share of proposals adds one, learnt as the run goes when "
-                          "adaptive), a number (k), or off.", PROPOSALS, choices=SPECS["fewshot"])
+                          "fewshot(k=null, share=0.5, adaptive=true, gate_solved=3, gold=null) (at most k per "
+                          f"component, default {FEWSHOT} with a built-in proposer, none when every training example "
+                          "is also a validation example; a share of proposals adds one, learnt as the run goes when "
+                          "adaptive; gold: unsolved examples shown with their gold as the answer, by default with "
+                          "whole rewrites), a number (k), or off.", PROPOSALS, choices=SPECS["fewshot"])
     reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried).",
                                       PROPOSALS, ge=1)
     # None: each kind of request has its own schedule (REWRITE_TEMPERATURES, RULE_TEMPERATURES)

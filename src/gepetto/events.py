@@ -338,6 +338,8 @@ class Result:
     # children whose validation racing cut short (EngineConfig.racing), with the validation scores paid for
     # (index -1): provably never on the front nor the best, so not in the pool
     raced_out: list[CandidateRecord] = field(default_factory=list)
+    # metric calls outside rollouts: on golds written as answers, for demonstrations (no program run, no budget)
+    metric_checks: int = 0
 
     @property
     def best_index(self) -> int:
@@ -353,6 +355,7 @@ class Result:
             f"{t.calls} LM calls, {t.input_tokens}+{t.output_tokens} tokens; {self.wall_seconds:.1f}s; "
             f"stopped: {self.stop_message}"
             + (f"; {len(self.raced_out)} validations raced out" if self.raced_out else "")
+            + (f"; {self.metric_checks} metric calls on golds (demonstrations)" if self.metric_checks else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -364,7 +367,7 @@ class Result:
             "iterations": self.iterations, "proposals": {str(k): v for k, v in self.proposals.items()},
             "history": self.history, "wall_seconds": self.wall_seconds,
             "partial_candidates": [c.to_dict() for c in self.partial_candidates],
-            "raced_out": [c.to_dict() for c in self.raced_out],
+            "raced_out": [c.to_dict() for c in self.raced_out], "metric_checks": self.metric_checks,
         }
 
 

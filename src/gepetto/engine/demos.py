@@ -3,7 +3,9 @@
 Small task models often follow an example better than a rule (the demo task: a prompt with five worked
 examples scored 0.943 on validation where the same facts written as rules scored 0.743). A demonstration is one
 input and the output the task LM gave for it on a training example the metric scored perfect, taken from
-rollouts already paid for, so proposing one costs no reflection call at all.
+rollouts already paid for, so proposing one costs no reflection call at all. Where the program returns its one
+LM call's answer as is, an example's gold written as that answer (`written_as`) is a right answer too, once the
+metric scores it perfect: a demonstration of an example no candidate has solved yet (`from_gold`).
 
 Demonstrations live at the end of the component's text, after a fixed header, one `Input:`/`Output:` pair
 each, so any program that calls `ctx.lm(component, ...)` sees them without a change:
@@ -21,11 +23,13 @@ uses them is `FewShot` in engine/proposers.py.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gepetto.program import Rollout
 
@@ -101,6 +105,34 @@ def from_rollout(rollout: Rollout, component: str) -> Demo | None:
     return Demo(inp, out, rollout.example_id)
 
 
+def written_as(gold: Any, answer: str) -> str | None:
+    """`gold` written the way the task LM's `answer` is: a text as is; a mapping or a list as JSON when the answer
+    is JSON too (it starts with a brace or a bracket, perhaps inside a code fence); None otherwise."""
+    if isinstance(gold, str):
+        return _one_line(gold) or None
+    if isinstance(gold, (Mapping, list)) and answer.strip().lstrip("`").removeprefix("json").lstrip()[:1] in ("{", "["):
+        try:
+            return json.dumps(gold, ensure_ascii=False)
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def from_gold(rollout: Rollout, component: str, gold: Any) -> Demo | None:
+    """The demonstration `gold` gives for `component` on `rollout`'s example, unchecked (the metric must still score
+    its output perfect): its input from the rollout's call, its output the gold written as that call's answer;
+    None unless the program made that one call and returned its answer as is."""
+    if len(rollout.trace) != 1 or rollout.trace[0].component != component:
+        return None
+    call = rollout.trace[0]
+    if not isinstance(rollout.output, str) or rollout.output != call.output:
+        return None
+    inp, out = _one_line(call.inputs), written_as(gold, call.output)
+    if not inp or not out or len(inp) > MAX_INPUT_CHARS or len(out) > MAX_OUTPUT_CHARS:
+        return None
+    return Demo(inp, out, rollout.example_id)
+
+
 def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", text.lower()))
 
@@ -127,19 +159,19 @@ def nearest(pool: dict[str, Demo], like: Sequence[str], k: int = NEAREST) -> lis
 
 
 def choose(solved: Iterable[Rollout], component: str, current: Sequence[Demo], answer: str, avoid: set[str],
-           rng: random.Random, like: Sequence[str] = ()) -> Demo | None:
-    """A new demonstration from `solved` rollouts (training examples only): one whose output is `answer` (the
-    right answer the parent keeps missing) when there is one, else any; among those, one of the few whose inputs
-    are most like `like` (the inputs the parent got wrong); never an input already shown, nor an example in
-    `avoid` (the examples the child is tested on, and any validation example)."""
+           rng: random.Random, like: Sequence[str] = (), golds: Sequence[Demo] = ()) -> Demo | None:
+    """A new demonstration from `solved` rollouts (training examples only), or from `golds` (demonstrations
+    written from golds, for examples no solved rollout shows): one whose output is `answer` (the right answer
+    the parent keeps missing) when there is one, else any; among those, one of the few whose inputs are most like
+    `like` (the inputs the parent got wrong); never an input already shown, nor an example in `avoid` (the
+    examples the child is tested on, and any validation example)."""
     shown = {d.input for d in current}
     pool: dict[str, Demo] = {}
-    for r in sorted(solved, key=lambda r: r.example_id):
-        if r.example_id in avoid or r.example_id in pool:
-            continue
-        demo = from_rollout(r, component)
-        if demo is not None and demo.input not in shown:
-            pool[r.example_id] = demo
+    made = (from_rollout(r, component) for r in sorted(solved, key=lambda r: r.example_id))
+    for demo in [*made, *sorted(golds, key=lambda d: d.example_id)]:
+        if demo is not None and demo.example_id not in avoid and demo.example_id not in pool \
+                and demo.input not in shown:
+            pool[demo.example_id] = demo
     if not pool:
         return None
     wanted = {i: d for i, d in pool.items() if answer and d.output.lower() == answer.lower()}

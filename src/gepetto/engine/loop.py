@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import inspect
 import random
 import time
 import warnings
@@ -35,7 +36,7 @@ from gepetto.engine.strategies import Strategies, retest_examples
 from gepetto.events import Outcome, Result, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
-from gepetto.program import Metric, Program, Rollout, check_metric
+from gepetto.program import Metric, Program, Rollout, TraceEntry, check_metric
 from gepetto.specs import build
 from gepetto.types import Candidate, Example, Score
 
@@ -109,6 +110,14 @@ class _Services:
 
     def tried(self, candidate: Candidate) -> bool:
         return candidate.id in self.engine._settled_tried
+
+    async def score(self, example: Example, output: Any, trace: list[TraceEntry]) -> Score | None:
+        self.engine.state.metric_checks += 1
+        try:
+            result = self.engine.metric(example, output, trace)
+            return Score.coerce(await result if inspect.isawaitable(result) else result)
+        except Exception:  # a metric that cannot score a made-up output: no demonstration from it
+            return None
 
     def count(self, outcome: Outcome) -> None:
         self.engine.state.proposals[outcome] += 1
@@ -812,11 +821,12 @@ class Engine:
         if not st.records:  # stopped before the seed was validated
             return Result(self.seed, float("nan"), float("nan"), [], [], st.rollouts_used, st.budget, st.ledger,
                           stop.reason, stop.message, st.iteration, dict(st.proposals), [], seconds, partial,
-                          list(self._raced_out))
+                          list(self._raced_out), st.metric_checks)
         best = st.best()
         return Result(best.candidate, best.mean, st.records[0].mean, list(st.records), st.archive.front,
                       st.rollouts_used, st.budget, st.ledger, stop.reason, stop.message, st.iteration,
-                      dict(st.proposals), list(st.history), seconds, partial, list(self._raced_out))
+                      dict(st.proposals), list(st.history), seconds, partial, list(self._raced_out),
+                      st.metric_checks)
 
 
 def _unanswered(example: Example, exc: LMUnavailable) -> Rollout:

@@ -47,9 +47,9 @@ from gepetto.engine.reflect import (
 from gepetto.engine.state import MemoryKey, RunState
 from gepetto.events import Outcome
 from gepetto.lm.base import Completion, Message
-from gepetto.program import Rollout
+from gepetto.program import Rollout, TraceEntry
 from gepetto.specs import ConfigError, Knobs, builtin, knob
-from gepetto.types import Candidate, Example
+from gepetto.types import Candidate, Example, Score
 
 # what the built-in proposers remember in `state.memory`
 # {(candidate id, component): {failure pattern: the rules tried for it that did not help}}
@@ -72,6 +72,10 @@ class ProposalServices(Protocol):
 
     def tried(self, candidate: Candidate) -> bool:
         """Whether this child was proposed before (it would not be paid for again)."""
+
+    async def score(self, example: Example, output: Any, trace: list[TraceEntry]) -> Score | None:
+        """The run's metric on an output the proposer made up for `example` (a demonstration written from its
+        gold); None when the metric raised."""
 
     def count(self, outcome: Outcome) -> None:
         """Count an outcome in Result.proposals (e.g. a rejected answer)."""
@@ -675,9 +679,14 @@ class FewShot(Knobs, Proposer):
     adaptive: bool = knob(True, "Learn the share as the run goes: `share` weighted by how often demonstrations and "
                           "other proposals passed their tests.")
     gate_solved: int = knob(3, "Solved examples added to a demonstration's test.", ge=0)
+    gold: bool | None = knob(None, "Also demonstrate training examples no candidate has solved, with their gold "
+                             "written as the answer (where the program returns its one LM call's answer as is and the "
+                             "metric scores that answer perfect); unset: with whole rewrites (open answers), not with "
+                             "rule edits (labels, which the task LM's solved answers show).")
     inner: Proposer | None = field(default=None, repr=False, compare=False)  # the other proposer (`around`)
     config: Any = field(default=None, repr=False, compare=False)  # the run's EngineConfig (`bind`)
     _warned: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+    _verdicts: dict[tuple[str, str], bool] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def around(self, inner: Proposer) -> FewShot:
         """These demonstrations next to the proposer `inner`."""
@@ -726,7 +735,7 @@ class FewShot(Knobs, Proposer):
         room = request.test_room is None or request.test_room >= self.test_size
         if len(request.components) == 1 and not described and not first_draft and request.rng.random() < share \
                 and room:
-            proposal = self._demo(request, request.components[0])
+            proposal = await self._demo(request, request.components[0])
             if proposal is not None:
                 return counted(proposal, tests["demo"]) if tests is not None else proposal
         answer = await self._inner.propose(request)
@@ -746,7 +755,40 @@ class FewShot(Knobs, Proposer):
                           "a valset apart from the trainset", RuntimeWarning, stacklevel=2)
         return sources
 
-    def _demo(self, request: ProposalRequest, component: str) -> Proposal | None:
+    async def _golds(self, request: ProposalRequest, component: str, sources: set[str], solved: set[str]
+                     ) -> list[demos.Demo]:
+        """Demonstrations written from the golds of the training examples in `sources` that no candidate solved,
+        each on the parent's own rollout there, kept when the metric scores its output perfect; a mapping gold
+        loses, one at a time, the fields the metric does not need (a note, an id) to score it perfect."""
+        out = []
+        for e in request.trainset:
+            r = request.state.known(request.parent, e.id) if e.id in sources and e.id not in solved else None
+            if r is None or e.gold is None or not await self._perfect(request, e, r, component, e.gold):
+                continue
+            gold = e.gold
+            if isinstance(gold, Mapping):
+                for key in list(gold):
+                    fewer = {k: v for k, v in gold.items() if k != key}
+                    if fewer and await self._perfect(request, e, r, component, fewer):
+                        gold = fewer
+            demo = demos.from_gold(r, component, gold)
+            if demo is not None:
+                out.append(demo)
+        return out
+
+    async def _perfect(self, request: ProposalRequest, example: Example, rollout: Rollout, component: str,
+                       gold: Any) -> bool:
+        """Whether the metric scores `gold`, written as `rollout`'s answer, perfect (each text judged once)."""
+        demo = demos.from_gold(rollout, component, gold)
+        if demo is None:
+            return False
+        if (example.id, demo.output) not in self._verdicts:
+            call = replace(rollout.trace[0], output=demo.output, finish_reason="stop")
+            score = await request.services.score(example, demo.output, [call])
+            self._verdicts[example.id, demo.output] = score is not None and score.value >= request.config.perfect_score
+        return self._verdicts[example.id, demo.output]
+
+    async def _demo(self, request: ProposalRequest, component: str) -> Proposal | None:
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         sources = self._sources(request)
         if not sources:
@@ -763,8 +805,10 @@ class FewShot(Knobs, Proposer):
         _, current = demos.split(parent[component])
         calls = (next((t for t in r.trace if t.component == component), None) for r in focus.failures)
         missed = [t.inputs for t in calls if t is not None]  # what the demonstration should look like
+        gold = self.gold if self.gold is not None else isinstance(self._inner, Rewrite)
+        golds = await self._golds(request, component, sources, {r.example_id for r in solved}) if gold else []
         demo = demos.choose(solved, component, current, edits.expected_answer(focus.pattern), set(gate_ids), rng,
-                            like=missed)
+                            like=missed, golds=golds)
         if demo is None:
             return None
         text = demos.add(parent[component], demo, cfg.demonstrations)

@@ -121,6 +121,7 @@ class RunState:
     train_cursor: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)  # (rollouts used, best mean) on change
     proposals: Counter = field(default_factory=Counter)  # outcome -> count
+    metric_checks: int = 0  # metric calls on outputs a proposer wrote (golds as answers), not rollouts
     # what strategies remember between iterations (e.g. the edit proposer's rules that did not help), by key
     memory: Memory = field(default_factory=Memory)
     ledger: Ledger = field(default_factory=Ledger)
