@@ -73,6 +73,11 @@ LABELS = {
             "proposer=auto(trim=4)`, f4590fd)",
     "ctl": "the default re-run at open4's commit (787a175; the default's path is the same at val4's): the control of "
            "both, seed by seed",
+    "golds": "the default since af31064: demonstrations from golds on the rewrite route (`fewshot(gold=null)`); each "
+             "row is the replay at af31064 of a run made first from a worktree with the change uncommitted (the same "
+             "best, scores and proposals; its seconds are that run's, with LM answers cached where paths met)",
+    "m": "the default before af31064 (ec00125's path), more dev seeds: with `val4` s0-s2, s6 and s7 the control of "
+         "`golds`, seed by seed",
 }
 
 
@@ -348,7 +353,10 @@ def table(log: Path) -> str:
            "= (mean - seed) / (expert - seed) on the same split."]
     out.append("\nThe default's rewrite route (SNIPS, GSM8K) opens with trims since 3f59537 (`rewrite(trim=4)`): its "
                "unlabelled rows made before ran without them, and `val4` is the default's configuration there "
-               "(benchmarks/results/openings.md).")
+               "(benchmarks/results/openings.md). Since af31064 it also shows unsolved training examples with their "
+               "golds (`golds`, SNIPS); GSM8K's golds are never written as its prose answers, so its runs are the "
+               "same (its six `val4` runs replayed at af31064: the same best, rollouts and proposals), and the labels "
+               "route (CLINC) keeps the task LM's own solved answers.")
     shown = sorted({r["label"] for r in rows if r.get("label") in LABELS})
     if shown:
         out.append("\nVariants (named in brackets): " + "; ".join(f"`{k}`, {LABELS[k]}" for k in shown) + ".")
