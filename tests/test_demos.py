@@ -467,3 +467,23 @@ def test_a_gold_the_metric_does_not_score_perfect_is_never_shown():
 
     result = _gold_run("fewshot(k=4, gold=true)", metric=strict)
     assert not any(demos.HEADER in c.candidate["instruction"] for c in result.candidates)
+
+
+def test_a_run_with_demonstrations_from_golds_resumes_to_the_uninterrupted_result(tmp_path):
+    def run(storage, stop=None):
+        reflection = ScriptedLM(lambda m, p: "<new_instruction>Classify the message carefully.</new_instruction>",
+                                name="reflect")
+        return gepetto.optimize({"instruction": "Classify the message. Reply with the label only."},
+                                _examples("t", 32), _metric, valset=_examples("v", 16), program=single_instruction(),
+                                task_lm=_shown_only_lm(), reflection_lm=reflection, budget=200, merge="off", seed=0,
+                                fewshot="fewshot(k=4, gold=true)", storage=storage, run="r", stop=stop,
+                                progress=False)
+
+    whole = run(tmp_path / "whole.sqlite")
+    assert any(c.origin == "demo" for c in whole.candidates) and whole.metric_checks > 0
+    storage = tmp_path / "s.sqlite"
+    part = run(storage, stop=lambda s: "iteration 3" if s.iteration >= 3 else None)
+    assert part.iterations < whole.iterations
+    final = run(storage)
+    timeless = {"wall_seconds": 0, "ledger": 0}
+    assert final.to_dict() | timeless == whole.to_dict() | timeless
