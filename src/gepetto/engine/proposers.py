@@ -763,30 +763,30 @@ class FewShot(Knobs, Proposer):
         out = []
         for e in request.trainset:
             r = request.state.known(request.parent, e.id) if e.id in sources and e.id not in solved else None
-            if r is None or e.gold is None or not await self._perfect(request, e, r, component, e.gold):
+            demo = await self._checked(request, e, r, component, e.gold) if r is not None else None
+            if r is None or demo is None:
                 continue
-            gold = e.gold
-            if isinstance(gold, Mapping):
+            if isinstance(e.gold, Mapping):
+                gold = e.gold
                 for key in list(gold):
                     fewer = {k: v for k, v in gold.items() if k != key}
-                    if fewer and await self._perfect(request, e, r, component, fewer):
-                        gold = fewer
-            demo = demos.from_gold(r, component, gold)
-            if demo is not None:
-                out.append(demo)
+                    shorter = await self._checked(request, e, r, component, fewer) if fewer else None
+                    if shorter is not None:
+                        gold, demo = fewer, shorter
+            out.append(demo)
         return out
 
-    async def _perfect(self, request: ProposalRequest, example: Example, rollout: Rollout, component: str,
-                       gold: Any) -> bool:
-        """Whether the metric scores `gold`, written as `rollout`'s answer, perfect (each text judged once)."""
-        demo = demos.from_gold(rollout, component, gold)
+    async def _checked(self, request: ProposalRequest, example: Example, rollout: Rollout, component: str,
+                       gold: Any) -> demos.Demo | None:
+        """The demonstration `gold` gives on `rollout` when the metric scores it perfect (each text judged once)."""
+        demo = demos.from_gold(rollout, component, gold) if gold is not None else None
         if demo is None:
-            return False
+            return None
         if (example.id, demo.output) not in self._verdicts:
             call = replace(rollout.trace[0], output=demo.output, finish_reason="stop")
             score = await request.services.score(example, demo.output, [call])
             self._verdicts[example.id, demo.output] = score is not None and score.value >= request.config.perfect_score
-        return self._verdicts[example.id, demo.output]
+        return demo if self._verdicts[example.id, demo.output] else None
 
     async def _demo(self, request: ProposalRequest, component: str) -> Proposal | None:
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
