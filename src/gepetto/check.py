@@ -21,7 +21,7 @@ from gepetto.config import PYTHON, ConfigError, RunConfig
 from gepetto.engine.state import BudgetPlan
 from gepetto.ledger import Ledger, RoleUsage
 from gepetto.lm.base import LM, LMError, LMSetupError, MeteredLM, RedactingLM, aclose_lm
-from gepetto.program import Context, Task, TraceEntry, cause_of, is_async
+from gepetto.program import Context, Task, TraceEntry, cause_of, is_async, verdict
 from gepetto.types import Example, Score
 from gepetto.usertask import UserCodeError
 
@@ -166,9 +166,7 @@ async def _run_seed(task: Task, lm: LM, example: Example, params: dict[str, Any]
         raise UserCodeError(f"the program raised {type(exc).__name__}: {exc} (seed candidate, example "
                             f"{example.id!r})", exc, "program") from exc
     try:
-        result = task.metric(example, output, ctx.trace)
-        if inspect.isawaitable(result):
-            result = await result
+        result = await verdict(task.metric, example, output, ctx.trace)
     except Exception as exc:
         failed = cause_of(exc, LMError)  # e.g. a judge LM
         if failed is not None:

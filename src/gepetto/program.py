@@ -262,9 +262,7 @@ async def run_rollout(
             if inspect.isawaitable(output):
                 output = await output
         stage = "metric"
-        result = metric(_own_copy(given), output, ctx.trace)
-        if inspect.isawaitable(result):
-            result = await result
+        result = await verdict(metric, given, output, ctx.trace)
         return Rollout(given.id, Score.coerce(result), settled(output), ctx.trace)
 
     started = time.monotonic()
@@ -286,6 +284,13 @@ async def run_rollout(
         return Rollout(given.id, Score(0.0, feedback), None, ctx.trace, error=msg, stage=stage)
     finally:
         ctx._close()
+
+
+async def verdict(metric: Metric, example: Example, output: Any, trace: list[TraceEntry]) -> Any:
+    """What `metric` returns for `output` on its own copy of `example`, awaited when the metric is async (a Score
+    or a number, not checked yet)."""
+    result = metric(_own_copy(example), output, trace)
+    return await result if inspect.isawaitable(result) else result
 
 
 def _own_copy(example: Example) -> Example:

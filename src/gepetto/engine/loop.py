@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
-import inspect
 import random
 import time
 import warnings
@@ -36,7 +35,7 @@ from gepetto.engine.strategies import Strategies, retest_examples
 from gepetto.events import Outcome, Result, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
-from gepetto.program import Metric, Program, Rollout, TraceEntry, check_metric
+from gepetto.program import Metric, Program, Rollout, TraceEntry, check_metric, verdict
 from gepetto.specs import build
 from gepetto.types import Candidate, Example, Score
 
@@ -114,8 +113,7 @@ class _Services:
     async def score(self, example: Example, output: Any, trace: list[TraceEntry]) -> Score | None:
         self.engine.state.metric_checks += 1
         try:
-            result = self.engine.metric(example, output, trace)
-            return Score.coerce(await result if inspect.isawaitable(result) else result)
+            return Score.coerce(await verdict(self.engine.metric, example, output, trace))
         except Exception:  # a metric that cannot score a made-up output: no demonstration from it
             return None
 
