@@ -7,6 +7,7 @@
     python benchmarks/local_batch.py threads --out F   # OMP_WAIT_POLICY and n_threads on this machine, now
     python benchmarks/local_batch.py whole --task clinc-banking --seeds 0 1 2 --budget 300 [--backends batched] --out F
     python benchmarks/local_batch.py whole --task demo --seeds 0 1 2 --budget 120 --metric builtin --out F
+    python benchmarks/local_batch.py product --task demo --seeds 0 1 2 --budget 120 --metric builtin --out F
     python benchmarks/local_batch.py draft --rounds 2 --out F   # the first draft's rule requests: in turn or at once
     python benchmarks/local_batch.py where --task clinc-banking --seeds 0 --budget 300 --out F  # a run's decoding
     python benchmarks/local_batch.py lookup --task demo --seeds 0 --budget 120 --out F  # drafting from the prompt
@@ -31,6 +32,11 @@ greedy answers differ, and the mean score of each (the task's own metric).
 serial backend for both models and once with the batched one, in turn, each in a fresh store (no answer cached
 from another run): wall time, rollouts, validation and the best's dev-test score (scored with the batched backend,
 8 in flight, for both).
+
+`product` runs the product as it stood at `--before` (default 8c32d8d, main just before the batched backend
+was merged) and today's, in turn for each seed, each as a user runs it (`product_run.py` in its own process on a
+worktree of each commit, the embedded default models, a fresh store, each side's own OMP_WAIT_POLICY default): the
+issue's "today's wall time" is the wall time of the product when the issue was written.
 
 `draft` times the rule requests of the labels route's first proposal (`edit(definitions=n)`: one per answer, each
 with 4 training inputs of that answer and the seed instruction, as `edits.build_definition_prompt` writes them) on
@@ -661,10 +667,71 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
     _report(text, out)
 
 
+def product(task_name: str, seeds: list[int], budget: int, before: str, out: Path | None, metric: str = "plain"
+            ) -> None:
+    """The product as it stood at `before` against today's, in turn for each seed: `product_run.py` in a fresh
+    process on a worktree of each, with OMP_WAIT_POLICY as each ships it (unset before batching; today's backend sets
+    PASSIVE itself). The best of each run is scored on the dev test here, with today's batched backend."""
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", before], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    task = load_task(task_name, seed=0)
+    scorer = LocalLM("qwen2.5-coder-0.5b")
+    flag = f" --metric {metric}" if metric != "plain" else ""
+    command = (f"python benchmarks/local_batch.py product --task {task_name} --seeds {' '.join(map(str, seeds))} "
+               f"--budget {budget} --before {before}{flag}")
+    lines = [f"\n**The product before and after** (`{command}`; {_machine()} in this process, each run with its "
+             f"own default; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC). Before: {rev}; today: "
+             f"{_describe()}. The default configuration, {metric} metric, fresh store per run, before then today for "
+             "each seed:\n",
+             "| seed | product | wall | CPU (process) | rollouts | proposals | reflection calls | "
+             f"validation seed -> best | dev test of the best ({len(task.testset)}) |",
+             "|---:|---|---:|---:|---:|---:|---:|---|---:|"]
+    walls: dict[str, list[float]] = {"before": [], "today": []}
+    tests: dict[str, list[float]] = {"before": [], "today": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp) / "before"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(old), rev], check=True,
+                       capture_output=True)
+        child = Path(tmp) / "product_run.py"  # run from here: a script's own folder comes first on sys.path
+        child.write_text((root / "benchmarks" / "product_run.py").read_text(encoding="utf-8"), encoding="utf-8")
+        try:
+            for seed in seeds:
+                for side, tree in (("before", old), ("today", root)):
+                    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+                    env["PYTHONPATH"] = f"{tree / 'src'}{os.pathsep}{tree / 'benchmarks'}"
+                    done = subprocess.run([sys.executable, str(child), "--task",
+                                           task_name, "--seed", str(seed), "--budget", str(budget), "--metric", metric],
+                                          env=env, cwd=tmp, capture_output=True, text=True)
+                    if done.returncode:
+                        raise SystemExit(f"the {side} run of seed {seed} failed:\n{done.stderr[-3000:]}")
+                    run = json.loads(done.stdout.strip().splitlines()[-1])
+                    test = asyncio.run(evaluate_async(run["best"], task.testset, task.metric, program=task.program,
+                                                      task_lm=scorer, max_concurrency=8)).mean
+                    walls[side].append(run["wall"])
+                    tests[side].append(test)
+                    row = (f"| {seed} | {side} | {run['wall']:.0f} s | {run['cpu']:.0f} s | {run['rollouts']} | "
+                           f"{run['proposals']} | {run['reflection_calls']} | {run['seed_val']:.3f} -> "
+                           f"{run['best_val']:.3f} | {test:.3f} |")
+                    print(row, flush=True)
+                    lines.append(row)
+        finally:
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(old)], capture_output=True)
+    b, t = statistics.mean(walls["before"]), statistics.mean(walls["today"])
+    per_seed = ", ".join(f"{y / x:.2f}x" for x, y in zip(walls["before"], walls["today"], strict=True))
+    spread = {k: f"{statistics.mean(v):.3f} ± {statistics.stdev(v) if len(v) > 1 else 0.0:.3f}"
+              for k, v in tests.items()}
+    lines.append(f"\nMean wall time {b:.0f} s before, {t:.0f} s today: **{t / b:.2f}x** (per seed {per_seed}); dev "
+                 f"test {spread['before']} before, {spread['today']} today.\n")
+    _report("\n".join(lines) + "\n", out)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "draft", "where",
-                                         "lookup", "read"])
+    ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "product", "draft",
+                                         "where", "lookup", "read"])
     ap.add_argument("--task", default=TASK)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--budget", type=int, default=300)
@@ -681,6 +748,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="whole, lookup: the metric as a user writes it (usertrack.user_metric), or the task's own")
     ap.add_argument("--ks", nargs="+", type=int, default=[2, 4, 8],
                     help="lookup: the longest drafts to count; read: the tokens read at once")
+    ap.add_argument("--before", default="8c32d8d", help="product: the commit to run as the product before")
     ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="whole: an option of gepetto.optimize, VALUE read as JSON; the heading says it")
@@ -695,6 +763,8 @@ def main(argv: list[str] | None = None) -> None:
         from realtrack import _option
 
         whole(args.task, args.seeds, args.budget, args.backends, args.out, dict(map(_option, args.set)), args.metric)
+    elif args.mode == "product":
+        product(args.task, args.seeds, args.budget, args.before, args.out, args.metric)
     elif args.mode == "where":
         where(args.task, args.seeds, args.budget, args.out)
     elif args.mode == "read":
