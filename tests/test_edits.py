@@ -196,6 +196,33 @@ def test_a_repeated_rule_costs_a_retry_not_the_proposal():
     assert edits.retry_hint(Outcome.ALREADY_TRIED, "p").startswith("That rule was already tried")
 
 
+def test_a_rule_the_instruction_already_has_is_not_asked_for_again():
+    """The reflection LM answers with a rule line the instruction already has ("unchanged"): asked again, the 1.5B
+    mostly repeats it, so the pattern is given up for this proposal at once, with no retry."""
+    import asyncio
+
+    task = sim.task(n_train=16, n_val=8, kinds=4)
+    retried: list[str] = []
+
+    def writer(messages, params):
+        if len(messages) > 2:
+            retried.append(messages[-1]["content"])
+        user = messages[1]["content"]
+        current = user.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
+        lines = [line[2:] for line in current.split("\n") if line.startswith("- ")]
+        if lines and params["seed"] // 10 % 2:  # every other iteration: the instruction's first rule again
+            return f"<rule>{lines[0]}</rule>"
+        return _rule_writer(messages, params)
+
+    engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
+                          task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(writer), budget=200, proposer="edit",
+                          merge="off")
+    res = asyncio.run(engine.run())
+    assert res.proposals.get("rejected: unchanged", 0) >= 1
+    assert not any("already says that" in hint for hint in retried)  # no retry after an unchanged rule
+    assert res.best_score > res.seed_score
+
+
 @pytest.mark.parametrize(
     ("rule", "pattern", "names"),
     [  # rules the 1.5B wrote on clinc-credit-oos (runs rt-clinc-credit-oos-edit-s0/s1/s2-v3), then clean ones

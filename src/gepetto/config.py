@@ -200,8 +200,8 @@ class EngineConfig(_Options):
                           "is also a validation example; a share of proposals adds one, learnt as the run goes when "
                           "adaptive; gold: unsolved examples shown with their gold as the answer, by default with "
                           "whole rewrites), a number (k), or off.", PROPOSALS, choices=SPECS["fewshot"])
-    reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried).",
-                                      PROPOSALS, ge=1)
+    reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried; a rule "
+                                      "the instruction already has is not).", PROPOSALS, ge=1)
     # None: each kind of request has its own schedule (REWRITE_TEMPERATURES, RULE_TEMPERATURES)
     reflection_temperatures: tuple[float, ...] | None = _field(
         None, "Temperature of each reflection attempt (YAML list; the last one repeats); default: 1.0 for every "

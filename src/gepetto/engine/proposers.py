@@ -609,6 +609,8 @@ class Edit(Knobs, Proposer):
             if rejected is None:
                 return rule
             request.services.count(rejected)
+            if rejected is Outcome.UNCHANGED:  # it rewrote the rule the instruction has: asked again, it mostly does
+                return None
             messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
                         {"role": "user", "content": hint(rejected)}]
         return None
