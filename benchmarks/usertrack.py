@@ -78,6 +78,11 @@ LABELS = {
              "best, scores and proposals; its seconds are that run's, with LM answers cached where paths met)",
     "m": "the default before af31064 (ec00125's path), more dev seeds: with `val4` s0-s2, s6 and s7 the control of "
          "`golds`, seed by seed",
+    "nu": "the default since 766aa6f: no retry after a rule the instruction already has (the labels route); the dev "
+          "tasks' rows are runs made from a worktree of 2613157 with that change uncommitted, read back from the "
+          "store at 766aa6f (seconds 0; replayed there under another name from the LM cache, all 24 gave the same "
+          "best, scores and proposals); home and auto ran at 766aa6f, with LM answers cached where paths met the "
+          "default's",
 }
 
 
@@ -356,7 +361,9 @@ def table(log: Path) -> str:
                "(benchmarks/results/openings.md). Since af31064 it also shows unsolved training examples with their "
                "golds (`golds`, SNIPS); GSM8K's golds are never written as its prose answers, so its runs are the "
                "same (its six `val4` runs replayed at af31064: the same best, rollouts and proposals), and the labels "
-               "route (CLINC) keeps the task LM's own solved answers.")
+               "route (CLINC) keeps the task LM's own solved answers. Since 766aa6f the labels route gives a pattern "
+               "up at once when the rule written for it is one the instruction already has (`nu`); the rewrite "
+               "route does not take that path, so its runs are the same.")
     shown = sorted({r["label"] for r in rows if r.get("label") in LABELS})
     if shown:
         out.append("\nVariants (named in brackets): " + "; ".join(f"`{k}`, {LABELS[k]}" for k in shown) + ".")
