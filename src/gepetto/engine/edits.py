@@ -368,7 +368,6 @@ def retry_hint(why: Outcome, pattern: str, *, answer: str | None = None) -> str:
            f"Write a different rule, one sentence in the form \"If <what such an input says or asks>, answer "
            f"{answer}.\", between {RULE_OPEN} and {RULE_CLOSE}.")
     reasons = {
-        Outcome.UNCHANGED: "The instruction already says that, and the mistake still happens.",
         Outcome.ALREADY_TRIED: "That rule was already tried and did not help.",
         Outcome.ECHO: "That copies the inputs; describe the kind of input in general words instead.",
         Outcome.SCAFFOLDING: ("That contains headers, tags or the mistake's label from my message; write "
