@@ -33,10 +33,11 @@ serial backend for both models and once with the batched one, in turn, each in a
 from another run): wall time, rollouts, validation and the best's dev-test score (scored with the batched backend,
 8 in flight, for both).
 
-`product` runs the product as it stood at `--before` (default 8c32d8d, main just before the batched backend
-was merged) and today's, in turn for each seed, each as a user runs it (`product_run.py` in its own process on a
-worktree of each commit, the embedded default models, a fresh store, each side's own OMP_WAIT_POLICY default): the
-issue's "today's wall time" is the wall time of the product when the issue was written.
+`product` runs the product as it stood at `--before` and today's, in turn for each seed, each as a user runs it
+(`product_run.py` in its own process on a worktree of each commit, the embedded default models, a fresh store, each
+side's own OMP_WAIT_POLICY default). The issue's "today's wall time" is that of the product when the issue was
+written: e7ff4ae, the default (issues 36-40 were filed on it); 8c32d8d, main just before the batched backend was
+merged, separates the backend (and the work of the same day) from what came before.
 
 `draft` times the rule requests of the labels route's first proposal (`edit(definitions=n)`: one per answer, each
 with 4 training inputs of that answer and the seed instruction, as `edits.build_definition_prompt` writes them) on
@@ -81,7 +82,7 @@ from typing import Any
 from gepetto.api import evaluate_async
 from gepetto.lm.base import Completion, Usage
 from gepetto.lm.local import LocalLM, is_looping, model_path
-from gepetto.tasks import load_task
+from gepetto.tasks import default_data_dir, load_task
 
 TASK = "clinc-banking"
 
@@ -199,6 +200,11 @@ def _report(text: str, out: Path | None) -> None:
 def _describe() -> str:
     """The commit measured (with "-dirty" when the working tree differs from it)."""
     return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+
+
+def _metric_flag(metric: str) -> str:
+    """The command line's --metric, as given (none for the default)."""
+    return f" --metric {metric}" if metric != "plain" else ""
 
 
 def _machine() -> str:
@@ -478,11 +484,11 @@ def draft(rounds: int, out: Path | None) -> None:
 def _default_run(task: Any, lms: tuple[Any, Any], seed: int, budget: int, options: dict[str, Any] | None = None,
                  metric: str = "plain") -> tuple[Any, float, float]:
     """The default configuration (with `options` of `gepetto.optimize`, if any) and the user metric of `metric`'s
-    style (`usertrack.user_metric`: plain, float, or the task's builtin one), in a fresh store (no answer cached
+    style (`user_metrics.user_metric`: plain, float, or the task's builtin one), in a fresh store (no answer cached
     from another run): the result, wall seconds and CPU seconds of the process."""
     import tempfile
 
-    from usertrack import user_metric
+    from user_metrics import user_metric
 
     import gepetto
 
@@ -507,7 +513,7 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
     return total
 
 
-def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> None:
+def where(task_name: str, seeds: list[int], budget: int, out: Path | None, metric: str = "plain") -> None:
     from gepetto.lm.llama_batch import BatchDecoder
 
     task = load_task(task_name, seed=0)
@@ -527,7 +533,7 @@ def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> No
         for seed in seeds:
             lms = LocalLM("qwen2.5-coder-0.5b"), LocalLM("qwen2.5-coder-1.5b")
             spans.clear()
-            result, wall, _ = _default_run(task, lms, seed, budget)
+            result, wall, _ = _default_run(task, lms, seed, budget, metric=metric)
             both = _overlap(*(spans.get(id(lm._decoder), []) for lm in lms))
             for role, lm in zip(("task", "reflection"), lms, strict=True):
                 st = lm._decoder.stats if lm._decoder is not None else None
@@ -544,7 +550,7 @@ def where(task_name: str, seeds: list[int], budget: int, out: Path | None) -> No
     finally:
         BatchDecoder._decode = decode  # type: ignore[method-assign]
     text = (f"\n**Where a batched run's time goes** (`python benchmarks/local_batch.py where --task {task_name} "
-            f"--seeds {' '.join(map(str, seeds))} --budget {budget}`; {_machine()}; "
+            f"--seeds {' '.join(map(str, seeds))} --budget {budget}{_metric_flag(metric)}`; {_machine()}; "
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: {_describe()}). "
             "Counts of each model's decoder over the whole run:\n\n"
             "| seed | model | run wall | inside llama_decode | requests | decode steps | tokens decoded (prompts read "
@@ -618,7 +624,7 @@ def lookup(task_name: str, seeds: list[int], budget: int, ks: list[int], threads
     per_j = " | ".join(f"{1000 * cpu[j]:.0f} ms" for j in range(1, max(ks) + 2))
     text = (f"\n**Drafting the reflection LM's answers from its prompt** (`python benchmarks/local_batch.py lookup "
             f"--task {task_name} --seeds {' '.join(map(str, seeds))} --budget {budget} --ks "
-            f"{' '.join(map(str, ks))}{f' --metric {metric}' if metric != 'plain' else ''}`; {_machine()}; "
+            f"{' '.join(map(str, ks))}{_metric_flag(metric)}`; {_machine()}; "
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; load "
             f"average (1 min) {min(loads):.1f}-{max(loads):.1f}; `git describe`: {_describe()}). "
             f"{len(answers)} reflection answers, {written} tokens written, one per step without drafts.\n\n"
@@ -637,7 +643,7 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
     scorer = LocalLM("qwen2.5-coder-0.5b")
     given = "".join(f" --set {k}={json.dumps(v)}" for k, v in (options or {}).items())
     with_ = f" with{given.replace(' --set', '')}" if given else ""
-    given += f" --metric {metric}" if metric != "plain" else ""
+    given += _metric_flag(metric)
     lines = [f"\n**A whole run, before and after** (`python benchmarks/local_batch.py whole --task {task_name} --seeds "
              f"{' '.join(map(str, seeds))} --budget {budget} --backends {' '.join(backends)}{given}`; {_machine()}; "
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC). The default configuration{with_}, {metric} metric, "
@@ -679,9 +685,8 @@ def product(task_name: str, seeds: list[int], budget: int, before: str, out: Pat
                          check=True).stdout.strip()
     task = load_task(task_name, seed=0)
     scorer = LocalLM("qwen2.5-coder-0.5b")
-    flag = f" --metric {metric}" if metric != "plain" else ""
     command = (f"python benchmarks/local_batch.py product --task {task_name} --seeds {' '.join(map(str, seeds))} "
-               f"--budget {budget} --before {before}{flag}")
+               f"--budget {budget} --before {before}{_metric_flag(metric)}")
     lines = [f"\n**The product before and after** (`{command}`; {_machine()} in this process, each run with its "
              f"own default; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC). Before: {rev}; today: "
              f"{_describe()}. The default configuration, {metric} metric, fresh store per run, before then today for "
@@ -695,13 +700,16 @@ def product(task_name: str, seeds: list[int], budget: int, before: str, out: Pat
         old = Path(tmp) / "before"
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(old), rev], check=True,
                        capture_output=True)
-        child = Path(tmp) / "product_run.py"  # run from here: a script's own folder comes first on sys.path
-        child.write_text((root / "benchmarks" / "product_run.py").read_text(encoding="utf-8"), encoding="utf-8")
+        # today's child and metric for both sides, run from here: a script's own folder comes first on sys.path
+        for name in ("product_run.py", "user_metrics.py"):
+            (Path(tmp) / name).write_text((root / "benchmarks" / name).read_text(encoding="utf-8"), encoding="utf-8")
+        child = Path(tmp) / "product_run.py"
         try:
             for seed in seeds:
                 for side, tree in (("before", old), ("today", root)):
                     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-                    env["PYTHONPATH"] = f"{tree / 'src'}{os.pathsep}{tree / 'benchmarks'}"
+                    env["GEPETTO_DATA_DIR"] = str(default_data_dir().resolve())  # the child runs in `tmp`
+                    env["PYTHONPATH"] = str(tree / "src")
                     done = subprocess.run([sys.executable, str(child), "--task",
                                            task_name, "--seed", str(seed), "--budget", str(budget), "--metric", metric],
                                           env=env, cwd=tmp, capture_output=True, text=True)
@@ -745,10 +753,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backends", nargs="+", default=["serial", "batched"], choices=["serial", "batched"],
                     help="whole: the backends to run, in turn for each seed")
     ap.add_argument("--metric", default="plain", choices=["plain", "float", "builtin"],
-                    help="whole, lookup: the metric as a user writes it (usertrack.user_metric), or the task's own")
+                    help="whole, where, lookup, product: the metric as a user writes it "
+                         "(user_metrics.user_metric), or the task's own")
     ap.add_argument("--ks", nargs="+", type=int, default=[2, 4, 8],
                     help="lookup: the longest drafts to count; read: the tokens read at once")
-    ap.add_argument("--before", default="8c32d8d", help="product: the commit to run as the product before")
+    ap.add_argument("--before", default="e7ff4ae",
+                    help="product: the commit to run as the product before (default: when the issue was filed)")
     ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="whole: an option of gepetto.optimize, VALUE read as JSON; the heading says it")
@@ -766,7 +776,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.mode == "product":
         product(args.task, args.seeds, args.budget, args.before, args.out, args.metric)
     elif args.mode == "where":
-        where(args.task, args.seeds, args.budget, args.out)
+        where(args.task, args.seeds, args.budget, args.out, args.metric)
     elif args.mode == "read":
         read(args.models, args.ks, args.threads, args.out)
     elif args.mode == "lookup":

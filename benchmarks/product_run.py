@@ -1,12 +1,13 @@
 """One default run of a task with whichever gepetto is first on the path, timed: `local_batch.py product`'s child.
 
-    PYTHONPATH=TREE/src:TREE/benchmarks python benchmarks/product_run.py --task demo --seed 0 --budget 120 \
+    PYTHONPATH=TREE/src python benchmarks/product_run.py --task demo --seed 0 --budget 120 \
         --metric builtin
 
-It uses only what every version since the user track has (`gepetto.optimize`, `gepetto.tasks.load_task`,
-`usertrack.user_metric`), so a worktree of an older commit runs the product as it stood then: the embedded default
-models, a fresh store, the task's user metric. It prints one JSON line: wall and CPU seconds, rollouts, proposals,
-reflection calls, validation of the seed and of the best, and the best candidate's texts.
+It uses only `gepetto.optimize`, `gepetto.tasks.load_task` and `gepetto.types` (for `user_metrics.user_metric`,
+copied beside it), which every version since e7ff4ae has, so a worktree of an older commit runs the product as it
+stood then: the embedded default models, a fresh store, the task's user metric. It prints one JSON line: wall and
+CPU seconds, rollouts, proposals, reflection calls, validation of the seed and of the best, and the best candidate's
+texts.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from usertrack import user_metric
+from user_metrics import user_metric
 
 import gepetto
 from gepetto.tasks import load_task

@@ -39,11 +39,11 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from realtrack import _option  # (--set KEY=VALUE, as realtrack.py reads it)
+from user_metrics import user_metric
 
 import gepetto
 from gepetto import events as ev
@@ -52,7 +52,7 @@ from gepetto.engine.pareto import EVIDENCE_LEVEL, stored_best
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm
 from gepetto.tasks import load_task
-from gepetto.types import Candidate, Example, Score
+from gepetto.types import Candidate, Example
 
 TASK_LM, REFLECTION_LM = "local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b"
 TASKS = ["clinc-banking", "clinc-kitchen", "clinc-credit-oos", "clinc-work-oos", "snips-weather", "gsm8k-plain"]
@@ -88,37 +88,6 @@ LABELS = {
 
 def task_of(name: str, split: str) -> Any:
     return load_task(name, seed=0, test_split=split, **TASK_OPTIONS.get(name, {}))
-
-
-def _render(value: Any) -> str:
-    """A gold or an output as a user's feedback line quotes it (a math gold: its answer, not its solution)."""
-    if isinstance(value, dict) and set(value) == {"answer", "solution"}:
-        value = value["answer"]
-    if isinstance(value, str):
-        return repr(value.strip())
-    return json.dumps(value, ensure_ascii=False)
-
-
-def user_metric(task: Any, style: str) -> Callable[..., Any]:
-    """The task's metric as a user writes it: its value, with one free-text sentence (`plain`) or none (`float`)."""
-    if style == "builtin":
-        return task.metric
-
-    def value(example: Example, output: Any, trace: Any) -> float:
-        return task.metric(example, output, trace).value
-
-    if style == "float":
-        return value
-
-    def plain(example: Example, output: Any, trace: Any) -> Score:
-        v, gold = value(example, output, trace), _render(example.gold)
-        if v >= 1.0:
-            return Score(1.0, f"Correct: the answer is {gold}.")
-        said = _render(str(output if output is not None else "")[:200])
-        return Score(v, f"Incorrect: answered {said}, the correct answer is {gold}." if v == 0 else
-                     f"Partly correct ({v:.2f}): answered {said}, the correct answer is {gold}.")
-
-    return plain
 
 
 def _lm() -> Any:
