@@ -68,6 +68,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -696,6 +697,9 @@ def product(task_name: str, seeds: list[int], budget: int, before: str, out: Pat
              "|---:|---|---:|---:|---:|---:|---:|---|---:|"]
     walls: dict[str, list[float]] = {"before": [], "today": []}
     tests: dict[str, list[float]] = {"before": [], "today": []}
+    # stopped with SIGTERM, raise: subprocess.run then kills the run in progress, which would otherwise go on
+    # decoding beside whatever is measured next
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "before"
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(old), rev], check=True,
