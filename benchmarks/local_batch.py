@@ -39,6 +39,9 @@ side's own OMP_WAIT_POLICY default). The issue's "today's wall time" is that of 
 written: e7ff4ae, the default (issues 36-40 were filed on it); 8c32d8d, main just before the batched backend was
 merged, separates the backend (and the work of the same day) from what came before.
 
+`kept` times a write step of one sequence against the cells that kept prefixes (prompts of ended requests, up to
+the decoder's `keep`) hold in the cache, for each `--keeps` setting.
+
 `draft` times the rule requests of the labels route's first proposal (`edit(definitions=n)`: one per answer, each
 with 4 training inputs of that answer and the seed instruction, as `edits.build_definition_prompt` writes them) on
 the 1.5B, one at a time and all at once, each setting on a freshly loaded model per round (no prompt kept from the
@@ -77,6 +80,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partialmethod
 from pathlib import Path
 from typing import Any
 
@@ -560,6 +564,59 @@ def where(task_name: str, seeds: list[int], budget: int, out: Path | None, metri
     _report(text, out)
 
 
+def kept(models: list[str], keeps: list[int], rounds: int, out: Path | None) -> None:
+    """A write step of one sequence against the cells other prompts hold in the cache: a fresh decoder per model
+    and `keep` (how many ended prompts it keeps as prefixes), then per round six other ~500-token prompts (kept
+    as prefixes, up to `keep`) and one answer of 80 tokens to a new ~450-token prompt, greedy. Attention in a
+    unified cache spans the cells in use, kept prefixes included."""
+    import random
+
+    from gepetto.lm.llama_batch import BatchDecoder
+
+    steps: list[tuple[int, float, int]] = []  # (tokens in the batch, seconds, cells in use before it)
+    decode, init = BatchDecoder._decode, BatchDecoder.__init__
+    words = ["account", "balance", "transfer", "payment", "card", "fraud", "bill", "routing", "number", "interest",
+             "rate", "pin", "freeze", "order", "checks", "spending", "history", "transactions"]
+
+    def text(seed: int, n: int) -> str:
+        rng = random.Random(seed)
+        return " ".join(rng.choice(words) for _ in range(n))
+
+    def timed(self: Any, plan: Any) -> int:
+        cells, t0 = self._cells_used(), time.perf_counter()
+        try:
+            return decode(self, plan)
+        finally:
+            steps.append((sum(len(t) for _, t, _ in plan), time.perf_counter() - t0, cells))
+
+    rows = []
+    BatchDecoder._decode = timed  # type: ignore[method-assign]
+    try:
+        for model in models:
+            for keep in keeps:
+                BatchDecoder.__init__ = partialmethod(init, keep=keep)  # type: ignore[method-assign]
+                lm = LocalLM(model)
+                for r in range(rounds):
+                    for k in range(6):
+                        asyncio.run(lm.complete([{"role": "user", "content": text(100 * r + k, 500)}], max_tokens=1,
+                                                temperature=0.0))
+                    steps.clear()
+                    ask = text(10_000 + r, 450) + "\nWrite a long numbered list of twenty rules about banking requests."
+                    asyncio.run(lm.complete([{"role": "user", "content": ask}], max_tokens=80, temperature=0.0))
+                    one = [(t, c) for n, t, c in steps if n == 1]
+                    row = (f"| {model} | {keep} | {r} | {len(one)} | {max(c for _, c in one)} | "
+                           f"{1000 * statistics.median(t for t, _ in one):.1f} ms |")
+                    print(row, flush=True)
+                    rows.append(row)
+                lm.close()
+    finally:
+        BatchDecoder._decode, BatchDecoder.__init__ = decode, init  # type: ignore[method-assign]
+    _report(f"\n`python benchmarks/local_batch.py kept --models {' '.join(models)} --keeps {' '.join(map(str, keeps))} "
+            f"--rounds {rounds}`; {_machine()}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: "
+            f"{_describe()}.\n\n| model | kept prefixes (keep) | round | write steps | cells in use | median write "
+            "step |\n|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n", out)
+
+
 def _draft_steps(prompt: list[int], answer: list[int], k: int, longest: int = 3) -> list[int]:
     """Prompt-lookup drafting over a written answer: for each decode step, how many tokens the step reads (the
     token written before it, answer[i], and the draft). The draft is the k tokens after the latest earlier
@@ -743,7 +800,7 @@ def product(task_name: str, seeds: list[int], budget: int, before: str, out: Pat
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "product", "draft",
-                                         "where", "lookup", "read"])
+                                     "kept", "where", "lookup", "read"])
     ap.add_argument("--task", default=TASK)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--budget", type=int, default=300)
@@ -763,6 +820,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="lookup: the longest drafts to count; read: the tokens read at once")
     ap.add_argument("--before", default="e7ff4ae",
                     help="product: the commit to run as the product before (default: when the issue was filed)")
+    ap.add_argument("--keeps", nargs="+", type=int, default=[8, 2], help="kept: the decoder's keep settings")
     ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="whole: an option of gepetto.optimize, VALUE read as JSON; the heading says it")
@@ -779,6 +837,8 @@ def main(argv: list[str] | None = None) -> None:
         whole(args.task, args.seeds, args.budget, args.backends, args.out, dict(map(_option, args.set)), args.metric)
     elif args.mode == "product":
         product(args.task, args.seeds, args.budget, args.before, args.out, args.metric)
+    elif args.mode == "kept":
+        kept(args.models, args.keeps, args.rounds, args.out)
     elif args.mode == "where":
         where(args.task, args.seeds, args.budget, args.out, args.metric)
     elif args.mode == "read":
