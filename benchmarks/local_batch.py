@@ -77,7 +77,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partialmethod
@@ -518,28 +519,37 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
     return total
 
 
-def where(task_name: str, seeds: list[int], budget: int, out: Path | None, metric: str = "plain") -> None:
+@contextmanager
+def _timed_decodes(probe: Callable[[Any], Any] | None = None) -> Iterator[list[tuple[Any, Any, float, float, Any]]]:
+    """Every batched decode step while inside, in order: (decoder, plan, start, end, `probe(decoder)` before it)."""
     from gepetto.lm.llama_batch import BatchDecoder
 
-    task = load_task(task_name, seed=0)
-    rows = []
-    spans: dict[int, list[tuple[float, float]]] = {}
     decode = BatchDecoder._decode
+    steps: list[tuple[Any, Any, float, float, Any]] = []
 
-    def timed(self: Any, plan: Any) -> int:  # each llama_decode's interval, per decoder
-        t0 = time.perf_counter()
+    def timed(self: Any, plan: Any) -> int:
+        seen, t0 = probe(self) if probe else None, time.perf_counter()
         try:
             return decode(self, plan)
         finally:
-            spans.setdefault(id(self), []).append((t0, time.perf_counter()))
+            steps.append((self, plan, t0, time.perf_counter(), seen))
 
     BatchDecoder._decode = timed  # type: ignore[method-assign]
     try:
+        yield steps
+    finally:
+        BatchDecoder._decode = decode  # type: ignore[method-assign]
+
+
+def where(task_name: str, seeds: list[int], budget: int, out: Path | None, metric: str = "plain") -> None:
+    task = load_task(task_name, seed=0)
+    rows = []
+    with _timed_decodes() as steps:
         for seed in seeds:
             lms = LocalLM("qwen2.5-coder-0.5b"), LocalLM("qwen2.5-coder-1.5b")
-            spans.clear()
+            steps.clear()
             result, wall, _ = _default_run(task, lms, seed, budget, metric=metric)
-            both = _overlap(*(spans.get(id(lm._decoder), []) for lm in lms))
+            both = _overlap(*([(t0, t1) for d, _, t0, t1, _ in steps if d is lm._decoder] for lm in lms))
             for role, lm in zip(("task", "reflection"), lms, strict=True):
                 st = lm._decoder.stats if lm._decoder is not None else None
                 usage = result.ledger.roles.get(role)
@@ -552,8 +562,6 @@ def where(task_name: str, seeds: list[int], budget: int, out: Path | None, metri
                 lm.close()
             rows.append(f"| {seed} | both models decoding at once | {wall:.0f} s | {both:.0f} s | | | | | | |")
             print(rows[-1], flush=True)
-    finally:
-        BatchDecoder._decode = decode  # type: ignore[method-assign]
     text = (f"\n**Where a batched run's time goes** (`python benchmarks/local_batch.py where --task {task_name} "
             f"--seeds {' '.join(map(str, seeds))} --budget {budget}{_metric_flag(metric)}`; {_machine()}; "
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: {_describe()}). "
@@ -573,8 +581,7 @@ def kept(models: list[str], keeps: list[int], rounds: int, out: Path | None) -> 
 
     from gepetto.lm.llama_batch import BatchDecoder
 
-    steps: list[tuple[int, float, int]] = []  # (tokens in the batch, seconds, cells in use before it)
-    decode, init = BatchDecoder._decode, BatchDecoder.__init__
+    init = BatchDecoder.__init__
     words = ["account", "balance", "transfer", "payment", "card", "fraud", "bill", "routing", "number", "interest",
              "rate", "pin", "freeze", "order", "checks", "spending", "history", "transactions"]
 
@@ -582,35 +589,30 @@ def kept(models: list[str], keeps: list[int], rounds: int, out: Path | None) -> 
         rng = random.Random(seed)
         return " ".join(rng.choice(words) for _ in range(n))
 
-    def timed(self: Any, plan: Any) -> int:
-        cells, t0 = self._cells_used(), time.perf_counter()
-        try:
-            return decode(self, plan)
-        finally:
-            steps.append((sum(len(t) for _, t, _ in plan), time.perf_counter() - t0, cells))
-
     rows = []
-    BatchDecoder._decode = timed  # type: ignore[method-assign]
     try:
-        for model in models:
-            for keep in keeps:
-                BatchDecoder.__init__ = partialmethod(init, keep=keep)  # type: ignore[method-assign]
-                lm = LocalLM(model)
-                for r in range(rounds):
-                    for k in range(6):
-                        asyncio.run(lm.complete([{"role": "user", "content": text(100 * r + k, 500)}], max_tokens=1,
-                                                temperature=0.0))
-                    steps.clear()
-                    ask = text(10_000 + r, 450) + "\nWrite a long numbered list of twenty rules about banking requests."
-                    asyncio.run(lm.complete([{"role": "user", "content": ask}], max_tokens=80, temperature=0.0))
-                    one = [(t, c) for n, t, c in steps if n == 1]
-                    row = (f"| {model} | {keep} | {r} | {len(one)} | {max(c for _, c in one)} | "
-                           f"{1000 * statistics.median(t for t, _ in one):.1f} ms |")
-                    print(row, flush=True)
-                    rows.append(row)
-                lm.close()
+        with _timed_decodes(lambda decoder: decoder._cells_used()) as steps:
+            for model in models:
+                for keep in keeps:
+                    BatchDecoder.__init__ = partialmethod(init, keep=keep)  # type: ignore[method-assign]
+                    lm = LocalLM(model)
+                    for r in range(rounds):
+                        for k in range(6):
+                            asyncio.run(lm.complete([{"role": "user", "content": text(100 * r + k, 500)}],
+                                                    max_tokens=1, temperature=0.0))
+                        steps.clear()
+                        ask = (text(10_000 + r, 450)
+                               + "\nWrite a long numbered list of twenty rules about banking requests.")
+                        asyncio.run(lm.complete([{"role": "user", "content": ask}], max_tokens=80, temperature=0.0))
+                        one = [(t1 - t0, cells) for _, plan, t0, t1, cells in steps
+                               if sum(len(t) for _, t, _ in plan) == 1]
+                        row = (f"| {model} | {keep} | {r} | {len(one)} | {max(c for _, c in one)} | "
+                               f"{1000 * statistics.median(t for t, _ in one):.1f} ms |")
+                        print(row, flush=True)
+                        rows.append(row)
+                    lm.close()
     finally:
-        BatchDecoder._decode, BatchDecoder.__init__ = decode, init  # type: ignore[method-assign]
+        BatchDecoder.__init__ = init  # type: ignore[method-assign]
     _report(f"\n`python benchmarks/local_batch.py kept --models {' '.join(models)} --keeps {' '.join(map(str, keeps))} "
             f"--rounds {rounds}`; {_machine()}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: "
             f"{_describe()}.\n\n| model | kept prefixes (keep) | round | write steps | cells in use | median write "
