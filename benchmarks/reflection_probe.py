@@ -35,6 +35,7 @@ from gepetto.tasks import load_task
 from gepetto.types import Candidate
 
 KEEP = "- Keep what already works in the current instruction.\n"
+LESSONS = reflect.TASK_PROMPT[reflect.TASK_PROMPT.index('First write "Lessons:"'):]
 # the wordings tried: the engine's own (current), and variants of its "keep what works" line
 WORDINGS = {
     "current": reflect.TASK_PROMPT,
@@ -42,6 +43,9 @@ WORDINGS = {
         KEEP, "- Keep the current instruction's requirements and add a rule for each lesson: the new instruction "
         "must differ from the current one wherever the assistant failed.\n"),
     "no-keep": reflect.TASK_PROMPT.replace(KEEP, ""),
+    # no "Lessons:" block first: the answer is the instruction alone (fewer tokens written per rewrite)
+    "no-lessons": reflect.TASK_PROMPT.replace(LESSONS, "Write the new instruction between {open} and {close}, and "
+                                              "nothing after {close}."),
     "append-rules": reflect.TASK_PROMPT.replace(
         KEEP, "- Start from the current instruction and add one line for each lesson, stating its rule or fact in "
         "general terms.\n").replace("Then write the new instruction between",
