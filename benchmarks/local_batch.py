@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
@@ -572,11 +573,12 @@ def where(task_name: str, seeds: list[int], budget: int, out: Path | None, metri
     _report(text, out)
 
 
-def kept(models: list[str], keeps: list[int], rounds: int, out: Path | None) -> None:
-    """A write step of one sequence against the cells other prompts hold in the cache: a fresh decoder per model
-    and `keep` (how many ended prompts it keeps as prefixes), then per round six other ~500-token prompts (kept
-    as prefixes, up to `keep`) and one answer of 80 tokens to a new ~450-token prompt, greedy. Attention in a
-    unified cache spans the cells in use, kept prefixes included."""
+def kept(models: list[str], keeps: list[int], flash: list[str], rounds: int, out: Path | None) -> None:
+    """A write step of one sequence against the cells other prompts hold in the cache: a fresh decoder per model,
+    `keep` (how many ended prompts it keeps as prefixes) and flash attention setting (`auto`: the decoder's
+    default, llama.cpp's choice; `on`; `off`), then per round six other ~500-token prompts (kept as prefixes, up
+    to `keep`) and one answer of 80 tokens to a new ~450-token prompt, greedy. Without flash attention a step in a
+    unified cache attends over the cells in use, kept prefixes included."""
     import random
 
     from gepetto.lm.llama_batch import BatchDecoder
@@ -592,31 +594,32 @@ def kept(models: list[str], keeps: list[int], rounds: int, out: Path | None) -> 
     rows = []
     try:
         with _timed_decodes(lambda decoder: decoder._cells_used()) as steps:
-            for model in models:
-                for keep in keeps:
-                    BatchDecoder.__init__ = partialmethod(init, keep=keep)  # type: ignore[method-assign]
-                    lm = LocalLM(model)
-                    for r in range(rounds):
-                        for k in range(6):
-                            asyncio.run(lm.complete([{"role": "user", "content": text(100 * r + k, 500)}],
-                                                    max_tokens=1, temperature=0.0))
-                        steps.clear()
-                        ask = (text(10_000 + r, 450)
-                               + "\nWrite a long numbered list of twenty rules about banking requests.")
-                        asyncio.run(lm.complete([{"role": "user", "content": ask}], max_tokens=80, temperature=0.0))
-                        one = [(t1 - t0, cells) for _, plan, t0, t1, cells in steps
-                               if sum(len(t) for _, t, _ in plan) == 1]
-                        row = (f"| {model} | {keep} | {r} | {len(one)} | {max(c for _, c in one)} | "
-                               f"{1000 * statistics.median(t for t, _ in one):.1f} ms |")
-                        print(row, flush=True)
-                        rows.append(row)
-                    lm.close()
+            for model, fa, keep in itertools.product(models, flash, keeps):
+                attn = {"auto": None, "on": True, "off": False}[fa]
+                BatchDecoder.__init__ = partialmethod(init, keep=keep, flash_attn=attn)  # type: ignore[method-assign]
+                lm = LocalLM(model)
+                for r in range(rounds):
+                    for k in range(6):
+                        asyncio.run(lm.complete([{"role": "user", "content": text(100 * r + k, 500)}],
+                                                max_tokens=1, temperature=0.0))
+                    steps.clear()
+                    ask = (text(10_000 + r, 450)
+                           + "\nWrite a long numbered list of twenty rules about banking requests.")
+                    asyncio.run(lm.complete([{"role": "user", "content": ask}], max_tokens=80, temperature=0.0))
+                    one = [(t1 - t0, cells) for _, plan, t0, t1, cells in steps
+                           if sum(len(t) for _, t, _ in plan) == 1]
+                    row = (f"| {model} | {fa} | {keep} | {r} | {len(one)} | {max(c for _, c in one)} | "
+                           f"{1000 * statistics.median(t for t, _ in one):.1f} ms |")
+                    print(row, flush=True)
+                    rows.append(row)
+                lm.close()
     finally:
         BatchDecoder.__init__ = init  # type: ignore[method-assign]
     _report(f"\n`python benchmarks/local_batch.py kept --models {' '.join(models)} --keeps {' '.join(map(str, keeps))} "
-            f"--rounds {rounds}`; {_machine()}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: "
-            f"{_describe()}.\n\n| model | kept prefixes (keep) | round | write steps | cells in use | median write "
-            "step |\n|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n", out)
+            f"--flash-attn {' '.join(flash)} --rounds {rounds}`; {_machine()}; "
+            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: {_describe()}.\n\n"
+            "| model | flash attention | kept prefixes (keep) | round | write steps | cells in use | median write "
+            "step |\n|---|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n", out)
 
 
 def _draft_steps(prompt: list[int], answer: list[int], k: int, longest: int = 3) -> list[int]:
@@ -823,6 +826,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--before", default="e7ff4ae",
                     help="product: the commit to run as the product before (default: when the issue was filed)")
     ap.add_argument("--keeps", nargs="+", type=int, default=[8, 2], help="kept: the decoder's keep settings")
+    ap.add_argument("--flash-attn", nargs="+", default=["auto"], choices=["auto", "on", "off"],
+                    help="kept: the decoder's flash attention settings (auto: its default, llama.cpp's choice)")
     ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="whole: an option of gepetto.optimize, VALUE read as JSON; the heading says it")
@@ -840,7 +845,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.mode == "product":
         product(args.task, args.seeds, args.budget, args.before, args.out, args.metric)
     elif args.mode == "kept":
-        kept(args.models, args.keeps, args.rounds, args.out)
+        kept(args.models, args.keeps, args.flash_attn, args.rounds, args.out)
     elif args.mode == "where":
         where(args.task, args.seeds, args.budget, args.out, args.metric)
     elif args.mode == "read":

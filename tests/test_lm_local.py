@@ -162,7 +162,9 @@ def ask(question: str, system: str = "You are a helpful assistant. Answer briefl
     return [{"role": "system", "content": system}, {"role": "user", "content": question}]
 
 
-COPY = "Repeat this sentence word for word and nothing else: the quick brown fox jumps over the lazy dog."
+# an answer clear enough for SmolLM2 to write the same in any batch (with flash attention the fox sentence is
+# a near-tie)
+COPY = "Repeat this sentence word for word and nothing else: the cat sat on the mat."
 
 
 @needs_smollm
@@ -177,13 +179,41 @@ async def test_concurrent_calls_are_decoded_together_and_answer_as_alone():
     elapsed = time.perf_counter() - t0
     stats = lm._decoder.stats
     assert 0 < stats.decode_seconds < elapsed  # the model's compute is counted, inside the calls' wall time
-    assert "quick brown fox" in alone.text
+    assert "cat sat on the mat" in alone.text
     assert [c.text for c in together] == [alone.text] * 6  # an answer this clear survives batching
     assert all(c.usage == alone.usage and c.finish_reason == alone.finish_reason for c in together)
     assert stats.max_in_flight == 4  # four sequences at once, the other two joined as the first ones ended
     # one decode step writes one token of every sequence: far fewer steps than tokens written
     assert stats.steps < sum(c.usage.output_tokens for c in together) / 2
     lm.close()
+
+
+@needs_smollm
+@pytest.mark.real_model
+async def test_flash_attention_is_llama_cpps_choice_by_default_and_answers_as_without(monkeypatch):
+    import functools
+
+    import llama_cpp
+    from llama_cpp import _internals
+
+    from gepetto.lm.llama_batch import BatchDecoder
+
+    made, real, init = [], _internals.LlamaContext, BatchDecoder.__init__
+
+    def spy(**kwargs):
+        made.append(kwargs["params"].flash_attn_type)
+        return real(**kwargs)
+
+    monkeypatch.setattr(_internals, "LlamaContext", spy)
+    answers = []
+    for flash in (None, False):
+        monkeypatch.setattr(BatchDecoder, "__init__", functools.partialmethod(init, flash_attn=flash))
+        lm = LocalLM("smollm2-135m", n_ctx=1024, parallel=2)
+        answers.append((await lm.complete(ask(COPY), temperature=0.0, max_tokens=24)).text)
+        lm.close()
+    # (each model load makes a small context of its own first, without flash attention: then the decoder's)
+    assert made[1::2] == [llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED]
+    assert "cat sat on the mat" in answers[0] and answers[0] == answers[1]
 
 
 @needs_smollm

@@ -133,10 +133,12 @@ class BatchDecoder:
 
     `llama` is a loaded `llama_cpp.Llama`: its model weights, vocabulary and context parameters (threads) are
     used, not its own context; the decoder makes one more context, with `parallel` + `keep` sequences in a unified
-    KV cache of `n_ctx` cells. `submit` is thread-safe; the answer arrives in the job's future.
+    KV cache of `n_ctx` cells, and flash attention as `flash_attn` says (None: llama.cpp's choice for the device).
+    `submit` is thread-safe; the answer arrives in the job's future.
     """
 
-    def __init__(self, llama: Any, *, parallel: int, n_ctx: int, n_batch: int = 512, keep: int = 8) -> None:
+    def __init__(self, llama: Any, *, parallel: int, n_ctx: int, n_batch: int = 512, keep: int = 8,
+                 flash_attn: bool | None = None) -> None:
         import llama_cpp
         from llama_cpp._internals import LlamaContext
 
@@ -151,6 +153,11 @@ class BatchDecoder:
         params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, n_batch, n_batch
         params.n_seq_max = parallel + self.keep
         params.kv_unified = True  # one buffer: a shared prefix is one set of cells, tagged with several sequence ids
+        # fused attention where the device has it (None: llama.cpp decides; on a CPU it does): a step then costs
+        # less, and no more when other sequences and kept prefixes hold many cells (benchmarks/results/local_batch.md)
+        params.flash_attn_type = {None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+                                  True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                                  False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}[flash_attn]
         self._ctx = LlamaContext(model=llama._model, params=params, verbose=False)
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx.ctx)
         self.n_batch = n_batch
