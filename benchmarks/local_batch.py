@@ -10,6 +10,7 @@
     python benchmarks/local_batch.py product --task demo --seeds 0 1 2 --budget 120 --metric builtin --out F
     python benchmarks/local_batch.py draft --rounds 2 --out F   # the first draft's rule requests: in turn or at once
     python benchmarks/local_batch.py where --task clinc-banking --seeds 0 --budget 300 --out F  # a run's decoding
+    python benchmarks/local_batch.py kept --keeps 8 2 --flash-attn auto off --out F  # a write step, cells held
     python benchmarks/local_batch.py lookup --task demo --seeds 0 --budget 120 --out F  # drafting from the prompt
     python benchmarks/local_batch.py read --ks 1 2 8 32 128 480 --out F  # one sequence reading k tokens, repacking
 
@@ -40,7 +41,8 @@ written: e7ff4ae, the default (issues 36-40 were filed on it); 8c32d8d, main jus
 merged, separates the backend (and the work of the same day) from what came before.
 
 `kept` times a write step of one sequence against the cells that kept prefixes (prompts of ended requests, up to
-the decoder's `keep`) hold in the cache, for each `--keeps` setting.
+the decoder's `keep`) hold in the cache, for each `--keeps` and `--flash-attn` setting (the decoder's flash
+attention: `auto`, its default, leaves it to llama.cpp).
 
 `draft` times the rule requests of the labels route's first proposal (`edit(definitions=n)`: one per answer, each
 with 4 training inputs of that answer and the seed instruction, as `edits.build_definition_prompt` writes them) on
