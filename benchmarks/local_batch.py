@@ -7,12 +7,15 @@
     python benchmarks/local_batch.py threads --out F   # OMP_WAIT_POLICY and n_threads on this machine, now
     python benchmarks/local_batch.py whole --task clinc-banking --seeds 0 1 2 --budget 300 [--backends batched] --out F
     python benchmarks/local_batch.py whole --task demo --seeds 0 1 2 --budget 120 --metric builtin --out F
+    python benchmarks/local_batch.py whole --task demo --seeds 6 7 --budget 120 --backends batched --metric builtin \
+        --flash-attn on off --out F  # the decoder with flash attention and without, in turn for each seed
     python benchmarks/local_batch.py product --task demo --seeds 0 1 2 --budget 120 --metric builtin --out F
     python benchmarks/local_batch.py draft --rounds 2 --out F   # the first draft's rule requests: in turn or at once
     python benchmarks/local_batch.py where --task clinc-banking --seeds 0 --budget 300 --out F  # a run's decoding
     python benchmarks/local_batch.py kept --keeps 8 2 --flash-attn auto off --out F  # a write step, cells held
     python benchmarks/local_batch.py lookup --task demo --seeds 0 --budget 120 --out F  # drafting from the prompt
     python benchmarks/local_batch.py read --ks 1 2 8 32 128 480 --out F  # one sequence reading k tokens, repacking
+    python benchmarks/local_batch.py precision --flash-attn auto --n 96 --out F  # next-token logits against unfused
 
 The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
 customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
@@ -544,6 +547,22 @@ def _timed_decodes(probe: Callable[[Any], Any] | None = None) -> Iterator[list[t
         BatchDecoder._decode = decode  # type: ignore[method-assign]
 
 
+FLASH = {"auto": None, "on": True, "off": False}  # a --flash-attn setting: BatchDecoder's flash_attn
+
+
+@contextmanager
+def _decoders_made(**keywords: Any) -> Iterator[None]:
+    """Every BatchDecoder made while inside takes these keywords."""
+    from gepetto.lm.llama_batch import BatchDecoder
+
+    init = BatchDecoder.__init__
+    BatchDecoder.__init__ = partialmethod(init, **keywords)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        BatchDecoder.__init__ = init  # type: ignore[method-assign]
+
+
 def where(task_name: str, seeds: list[int], budget: int, out: Path | None, metric: str = "plain") -> None:
     task = load_task(task_name, seed=0)
     rows = []
@@ -583,9 +602,6 @@ def kept(models: list[str], keeps: list[int], flash: list[str], rounds: int, out
     unified cache attends over the cells in use, kept prefixes included."""
     import random
 
-    from gepetto.lm.llama_batch import BatchDecoder
-
-    init = BatchDecoder.__init__
     words = ["account", "balance", "transfer", "payment", "card", "fraud", "bill", "routing", "number", "interest",
              "rate", "pin", "freeze", "order", "checks", "spending", "history", "transactions"]
 
@@ -594,11 +610,9 @@ def kept(models: list[str], keeps: list[int], flash: list[str], rounds: int, out
         return " ".join(rng.choice(words) for _ in range(n))
 
     rows = []
-    try:
-        with _timed_decodes(lambda decoder: decoder._cells_used()) as steps:
-            for model, fa, keep in itertools.product(models, flash, keeps):
-                attn = {"auto": None, "on": True, "off": False}[fa]
-                BatchDecoder.__init__ = partialmethod(init, keep=keep, flash_attn=attn)  # type: ignore[method-assign]
+    with _timed_decodes(lambda decoder: decoder._cells_used()) as steps:
+        for model, fa, keep in itertools.product(models, flash, keeps):
+            with _decoders_made(keep=keep, flash_attn=FLASH[fa]):
                 lm = LocalLM(model)
                 for r in range(rounds):
                     for k in range(6):
@@ -615,13 +629,80 @@ def kept(models: list[str], keeps: list[int], flash: list[str], rounds: int, out
                     print(row, flush=True)
                     rows.append(row)
                 lm.close()
-    finally:
-        BatchDecoder.__init__ = init  # type: ignore[method-assign]
     _report(f"\n`python benchmarks/local_batch.py kept --models {' '.join(models)} --keeps {' '.join(map(str, keeps))} "
             f"--flash-attn {' '.join(flash)} --rounds {rounds}`; {_machine()}; "
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: {_describe()}.\n\n"
             "| model | flash attention | kept prefixes (keep) | round | write steps | cells in use | median write "
             "step |\n|---|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n", out)
+
+
+def precision(models: list[str], flash: list[str], steps: int, out: Path | None) -> None:
+    """How far the decoder's next-token distributions are, for each flash attention setting, from its context
+    without flash attention (llama.cpp's unfused attention: the decoder before f9251d3), on reflection-shaped
+    prompts (`long`'s first, and its first three in one for a longer context): each prompt read 512 tokens at a
+    time, then the reference's greedy answer of `steps` tokens fed to every setting alike, every written position
+    compared. As a floor, the unfused context reading the prompt 64 tokens at a time: the arithmetic differences
+    a batch's shape alone makes."""
+    import llama_cpp
+    import numpy as np
+    from llama_cpp._internals import LlamaContext
+
+    from gepetto.lm.local import _new_llama, chat_request
+
+    calls = prompts("long", 3)
+    settings = [("off", 512), ("off", 64), *((fa, 512) for fa in flash if fa != "off")]
+    rows = []
+    for model in models:
+        llama = _new_llama(model_path(model), n_threads=2)
+        n_vocab = llama_cpp.llama_vocab_n_tokens(llama._model.vocab)
+        longer = [calls[0][0][0], {"role": "user", "content": "\n\n".join(m[1]["content"] for m, _ in calls)}]
+        for msgs in (calls[0][0], longer):
+            prompt = list(chat_request(llama, msgs, max_tokens=steps)["prompt"])
+            reference: list[int] = []
+            logits = []
+            for fa, chunk in settings:
+                params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
+                params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 4096, 512, chunk, 1
+                params.flash_attn_type = {None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+                                          True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                                          False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}[FLASH[fa]]
+                ctx = LlamaContext(model=llama._model, params=params, verbose=False)
+                batch = llama_cpp.llama_batch_init(512, 0, 1)
+                for at in range(0, len(prompt), 512):
+                    _decode_cpu(ctx, batch, [(t, at + i, 0, int(at + i == len(prompt) - 1))
+                                             for i, t in enumerate(prompt[at:at + 512])])
+                seen = []
+                for k in range(steps):
+                    row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx.ctx, -1), shape=(n_vocab,))
+                    seen.append(row.astype(np.float64))
+                    if len(reference) <= k:
+                        reference.append(int(row.argmax()))
+                    _decode_cpu(ctx, batch, [(reference[k], len(prompt) + k, 0, 1)])
+                llama_cpp.llama_batch_free(batch)
+                ctx.close()
+                logits.append(np.array(seen))
+
+            def log_softmax(x: Any) -> Any:
+                x = x - x.max(1, keepdims=True)
+                return x - np.log(np.exp(x).sum(1, keepdims=True))
+
+            ref = logits[0]
+            log_p = log_softmax(ref)
+            for (fa, chunk), got in zip(settings, logits, strict=True):
+                kl = (np.exp(log_p) * (log_p - log_softmax(got))).sum(1)
+                flips = int((got.argmax(1) != ref.argmax(1)).sum())
+                line = (f"| {model} | {len(prompt)} | {fa} | {chunk} | {steps} | {flips} | {max(kl.mean(), 0):.1e} | "
+                        f"{np.median(np.abs(got - ref).max(1)):.3f} |")
+                print(line, flush=True)
+                rows.append(line)
+        del llama
+    _report(f"\n`python benchmarks/local_batch.py precision --models {' '.join(models)} --flash-attn {' '.join(flash)} "
+            f"--n {steps}`; {_machine()}; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: "
+            f"{_describe()}. Against the unfused context reading the prompt 512 tokens at a time (the reference, "
+            "first row of each prompt), over the positions of the reference's greedy answer:\n\n"
+            "| model | prompt tokens | flash attention | prompt read k at a time | positions | most likely token "
+            "differs | mean KL divergence from the reference | median of the largest logit difference |\n"
+            "|---|---:|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n", out)
 
 
 def _draft_steps(prompt: list[int], answer: list[int], k: int, longest: int = 3) -> list[int]:
@@ -703,12 +784,15 @@ def lookup(task_name: str, seeds: list[int], budget: int, ks: list[int], threads
 
 
 def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], out: Path | None,
-          options: dict[str, Any] | None = None, metric: str = "plain") -> None:
+          options: dict[str, Any] | None = None, metric: str = "plain", flash: Sequence[str] = ("auto",)) -> None:
+    """Whole runs of the default configuration, for each seed in turn each backend (the batched one once per
+    flash attention setting of its decoder, `flash`); each best is scored on the dev test with the default
+    batched backend."""
     task = load_task(task_name, seed=0)
     scorer = LocalLM("qwen2.5-coder-0.5b")
     given = "".join(f" --set {k}={json.dumps(v)}" for k, v in (options or {}).items())
     with_ = f" with{given.replace(' --set', '')}" if given else ""
-    given += _metric_flag(metric)
+    given += _metric_flag(metric) + ("" if list(flash) == ["auto"] else f" --flash-attn {' '.join(flash)}")
     lines = [f"\n**A whole run, before and after** (`python benchmarks/local_batch.py whole --task {task_name} --seeds "
              f"{' '.join(map(str, seeds))} --budget {budget} --backends {' '.join(backends)}{given}`; {_machine()}; "
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC). The default configuration{with_}, {metric} metric, "
@@ -716,13 +800,17 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
              "| seed | backend | wall | CPU (process) | rollouts | proposals | reflection calls, seconds (summed) | "
              f"validation seed -> best | dev test of the best ({len(task.testset)}) |",
              "|---:|---|---:|---:|---:|---:|---:|---|---:|"]
+    runs = [(b, fa) for b in backends for fa in (flash if b == "batched" else ["auto"])]
     for seed in seeds:
-        for backend in backends:
+        for backend, fa in runs:
             if backend == "serial":
                 lms: tuple[Any, Any] = (SerialLM("qwen2.5-coder-0.5b"), SerialLM("qwen2.5-coder-1.5b"))
             else:
                 lms = ("local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b")
-            result, wall, cpu = _default_run(task, lms, seed, budget, options, metric)
+            with _decoders_made(flash_attn=FLASH[fa]):
+                result, wall, cpu = _default_run(task, lms, seed, budget, options, metric)
+            if len(flash) > 1 and backend == "batched":
+                backend = f"batched, flash attention {fa}"
             refl = result.ledger.roles.get("reflection")
             calls, seconds = (refl.calls, refl.seconds) if refl else (0, 0.0)
             test = asyncio.run(evaluate_async(result.best_candidate, task.testset, task.metric, program=task.program,
@@ -807,12 +895,13 @@ def product(task_name: str, seeds: list[int], budget: int, before: str, out: Pat
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "product", "draft",
-                                     "kept", "where", "lookup", "read"])
+                                     "kept", "where", "lookup", "read", "precision"])
     ap.add_argument("--task", default=TASK)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--budget", type=int, default=300)
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], help="read")
+    ap.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"],
+                    help="read, kept, precision")
     ap.add_argument("--workload", default="clinc", choices=["clinc", "unshared", "write", "long"])
     ap.add_argument("--parallel", nargs="+", type=int, default=[1, 2, 4, 8, 12])
     ap.add_argument("--n", type=int, default=24, help="calls per round (curve) or examples (agree)")
@@ -829,7 +918,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="product: the commit to run as the product before (default: when the issue was filed)")
     ap.add_argument("--keeps", nargs="+", type=int, default=[8, 2], help="kept: the decoder's keep settings")
     ap.add_argument("--flash-attn", nargs="+", default=["auto"], choices=["auto", "on", "off"],
-                    help="kept: the decoder's flash attention settings (auto: its default, llama.cpp's choice)")
+                    help="kept, whole, precision: the decoder's flash attention settings (auto: its default, "
+                         "llama.cpp's choice)")
     ap.add_argument("--out", type=Path, default=None, help="append the results to this markdown file")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="whole: an option of gepetto.optimize, VALUE read as JSON; the heading says it")
@@ -843,11 +933,14 @@ def main(argv: list[str] | None = None) -> None:
     elif args.mode == "whole":
         from realtrack import _option
 
-        whole(args.task, args.seeds, args.budget, args.backends, args.out, dict(map(_option, args.set)), args.metric)
+        whole(args.task, args.seeds, args.budget, args.backends, args.out, dict(map(_option, args.set)), args.metric,
+              args.flash_attn)
     elif args.mode == "product":
         product(args.task, args.seeds, args.budget, args.before, args.out, args.metric)
     elif args.mode == "kept":
         kept(args.models, args.keeps, args.flash_attn, args.rounds, args.out)
+    elif args.mode == "precision":
+        precision(args.models, args.flash_attn, args.n, args.out)
     elif args.mode == "where":
         where(args.task, args.seeds, args.budget, args.out, args.metric)
     elif args.mode == "read":
