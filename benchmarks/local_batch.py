@@ -16,6 +16,7 @@
     python benchmarks/local_batch.py lookup --task demo --seeds 0 --budget 120 --out F  # drafting from the prompt
     python benchmarks/local_batch.py read --ks 1 2 8 32 128 480 --out F  # one sequence reading k tokens, repacking
     python benchmarks/local_batch.py precision --flash-attn auto --n 96 --out F  # next-token logits against unfused
+    python benchmarks/local_batch.py timeline --task demo --seeds 0 --budget 120 --metric builtin --out F  # refusals
 
 The prompts are what the clinc-banking task's program sends for its seed instruction (one system prompt, one
 customer message per call): `clinc` asks for the intent (a few tokens out: prompt reading dominates), `unshared`
@@ -826,6 +827,52 @@ def whole(task_name: str, seeds: list[int], budget: int, backends: list[str], ou
     _report(text, out)
 
 
+class _AnswerClock:
+    """A run's callback: each reflection answer, timed from its request (the reflection phase's start, or the
+    answer before it in the same proposal), with what vetting made of it (None: usable)."""
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[float, Any]] = []
+        self._start = time.perf_counter()
+
+    def __call__(self, event: Any) -> None:
+        from gepetto import events as ev
+
+        now = time.perf_counter()
+        if isinstance(event, ev.ReflectionAnswered):
+            self.answers.append((now - self._start, event.rejected))
+        if isinstance(event, ev.ReflectionAnswered) or (isinstance(event, ev.PhaseStarted)
+                                                         and event.phase == "reflection"):
+            self._start = now
+
+
+def timeline(task_name: str, seeds: list[int], budget: int, out: Path | None, metric: str = "plain") -> None:
+    """Where a run's reflection time goes: its answers (`_AnswerClock`), usable or refused."""
+    from gepetto.events import Outcome
+
+    rows = []
+    for seed in seeds:
+        clock = _AnswerClock()
+        task = load_task(task_name, seed=0)
+        result, wall, _ = _default_run(task, ("local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b"), seed, budget,
+                                       {"callbacks": [clock]}, metric)
+        answers = clock.answers
+        refused = [(t, r) for t, r in answers if r is not None]
+        unchanged = [t for t, r in refused if r is Outcome.UNCHANGED]
+        row = (f"| {seed} | {wall:.0f} s | {result.rollouts_used} | {len(answers)} | {len(unchanged)} | "
+               f"{len(refused) - len(unchanged)} | {sum(t for t, _ in answers):.0f} s | {sum(unchanged):.0f} s | "
+               f"{sum(t for t, _ in refused):.0f} s |")
+        print(row, flush=True)
+        rows.append(row)
+    _report(f"\n**Where the reflection time goes** (`python benchmarks/local_batch.py timeline --task {task_name} "
+            f"--seeds {' '.join(map(str, seeds))} --budget {budget}{_metric_flag(metric)}`; {_machine()}; "
+            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `git describe`: {_describe()}). The default "
+            "configuration; each reflection answer timed from its request:\n\n"
+            "| seed | run wall | rollouts | reflection answers | refused as unchanged | refused otherwise | seconds "
+            "in all answers | in answers refused as unchanged | in all refused answers |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n", out)
+
+
 def product(task_name: str, seeds: list[int], budget: int, before: str, out: Path | None, metric: str = "plain"
             ) -> None:
     """The product as it stood at `before` against today's, in turn for each seed: `product_run.py` in a fresh
@@ -895,7 +942,8 @@ def product(task_name: str, seeds: list[int], budget: int, before: str, out: Pat
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["curve", "agree", "cost", "threads", "_threads", "whole", "product", "draft",
-                                     "kept", "where", "lookup", "read", "precision"])
+                                     "kept", "where", "lookup", "read", "precision",
+                                     "timeline"])
     ap.add_argument("--task", default=TASK)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--budget", type=int, default=300)
@@ -910,7 +958,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backends", nargs="+", default=["serial", "batched"], choices=["serial", "batched"],
                     help="whole: the backends to run, in turn for each seed")
     ap.add_argument("--metric", default="plain", choices=["plain", "float", "builtin"],
-                    help="whole, where, lookup, product: the metric as a user writes it "
+                    help="whole, where, lookup, product, timeline: the metric as a user writes it "
                          "(user_metrics.user_metric), or the task's own")
     ap.add_argument("--ks", nargs="+", type=int, default=[2, 4, 8],
                     help="lookup: the longest drafts to count; read: the tokens read at once")
@@ -939,6 +987,8 @@ def main(argv: list[str] | None = None) -> None:
         product(args.task, args.seeds, args.budget, args.before, args.out, args.metric)
     elif args.mode == "kept":
         kept(args.models, args.keeps, args.flash_attn, args.rounds, args.out)
+    elif args.mode == "timeline":
+        timeline(args.task, args.seeds, args.budget, args.out, args.metric)
     elif args.mode == "precision":
         precision(args.models, args.flash_attn, args.n, args.out)
     elif args.mode == "where":
