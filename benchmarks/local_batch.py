@@ -648,6 +648,7 @@ def precision(models: list[str], flash: list[str], steps: int, out: Path | None)
     import numpy as np
     from llama_cpp._internals import LlamaContext
 
+    from gepetto.lm.llama_batch import flash_attn_type
     from gepetto.lm.local import _new_llama, chat_request
 
     calls = prompts("long", 3)
@@ -664,9 +665,7 @@ def precision(models: list[str], flash: list[str], steps: int, out: Path | None)
             for fa, chunk in settings:
                 params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
                 params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 4096, 512, chunk, 1
-                params.flash_attn_type = {None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
-                                          True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-                                          False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}[FLASH[fa]]
+                params.flash_attn_type = flash_attn_type(FLASH[fa])
                 ctx = LlamaContext(model=llama._model, params=params, verbose=False)
                 batch = llama_cpp.llama_batch_init(512, 0, 1)
                 for at in range(0, len(prompt), 512):

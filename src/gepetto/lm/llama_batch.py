@@ -78,6 +78,14 @@ def make_sampler(model: Any, s: Sampling, penalty_last_n: int = 64) -> Any:
     return chain
 
 
+def flash_attn_type(flash_attn: bool | None) -> int:
+    """llama.cpp's context setting for `flash_attn`: on, off, or (None) llama.cpp's choice for the device."""
+    import llama_cpp
+
+    return {None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}[flash_attn]
+
+
 @dataclass
 class Job:
     """One request: a tokenized prompt and how to end its answer."""
@@ -155,9 +163,7 @@ class BatchDecoder:
         params.kv_unified = True  # one buffer: a shared prefix is one set of cells, tagged with several sequence ids
         # fused attention where the device has it (None: llama.cpp decides; on a CPU it does): a step then costs
         # less, and no more when other sequences and kept prefixes hold many cells (benchmarks/results/local_batch.md)
-        params.flash_attn_type = {None: llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
-                                  True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-                                  False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}[flash_attn]
+        params.flash_attn_type = flash_attn_type(flash_attn)
         self._ctx = LlamaContext(model=llama._model, params=params, verbose=False)
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx.ctx)
         self.n_batch = n_batch
