@@ -48,6 +48,9 @@ merged, separates the backend (and the work of the same day) from what came befo
 the decoder's `keep`) hold in the cache, for each `--keeps` and `--flash-attn` setting (the decoder's flash
 attention: `auto`, its default, leaves it to llama.cpp).
 
+`precision` compares each model's next-token logits with flash attention against the unfused context, along one
+greedy answer fed to both; `timeline` times each reflection answer of whole runs and counts those vetting refused.
+
 `draft` times the rule requests of the labels route's first proposal (`edit(definitions=n)`: one per answer, each
 with 4 training inputs of that answer and the seed instruction, as `edits.build_definition_prompt` writes them) on
 the 1.5B, one at a time and all at once, each setting on a freshly loaded model per round (no prompt kept from the
@@ -302,21 +305,32 @@ def agree(n: int, in_flight: int, threads: int, out: Path | None) -> None:
     _report(text, out)
 
 
+def _context(llama: Any, n_seq: int, *, ubatch: int = 512, flash: str = "off") -> Any:
+    """A llama.cpp context of `n_seq` sequences (4096 cells, one unified cache) on a loaded model, reading up to
+    `ubatch` tokens per decode, with flash attention as `flash` says (a --flash-attn setting)."""
+    import llama_cpp
+    from llama_cpp._internals import LlamaContext
+
+    from gepetto.lm.llama_batch import flash_attn_type
+
+    params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max, params.kv_unified = 4096, 512, ubatch, n_seq, True
+    params.flash_attn_type = flash_attn_type(FLASH[flash])
+    return LlamaContext(model=llama._model, params=params, verbose=False)
+
+
 def _bare_context(model: str, threads: int, n_seq: int, extra_bufts: bool = True
                   ) -> tuple[Any, Any, Any, list[int]]:
     """A llama.cpp context of `n_seq` sequences on the model (as the batched backend makes it, with llama.cpp's
     extra buffer types, weight repacking among them, or without), a batch and 800 tokens."""
     import llama_cpp
-    from llama_cpp._internals import LlamaContext
 
     from gepetto.lm import cpu
     from gepetto.lm.local import _new_llama
 
     with cpu.extra_bufts(extra_bufts):
         llama = _new_llama(model_path(model), n_threads=threads)
-    params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
-    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max, params.kv_unified = 4096, 512, 512, n_seq, True
-    ctx = LlamaContext(model=llama._model, params=params, verbose=False)
+    ctx = _context(llama, n_seq)
     text = b"Read the customer's message and answer with a JSON object with the keys item and quantity. " * 80
     return llama, ctx, llama_cpp.llama_batch_init(512, 0, 1), llama.tokenize(text)[:800]
 
@@ -646,9 +660,7 @@ def precision(models: list[str], flash: list[str], steps: int, out: Path | None)
     a batch's shape alone makes."""
     import llama_cpp
     import numpy as np
-    from llama_cpp._internals import LlamaContext
 
-    from gepetto.lm.llama_batch import flash_attn_type
     from gepetto.lm.local import _new_llama, chat_request
 
     calls = prompts("long", 3)
@@ -663,10 +675,7 @@ def precision(models: list[str], flash: list[str], steps: int, out: Path | None)
             reference: list[int] = []
             logits = []
             for fa, chunk in settings:
-                params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
-                params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 4096, 512, chunk, 1
-                params.flash_attn_type = flash_attn_type(FLASH[fa])
-                ctx = LlamaContext(model=llama._model, params=params, verbose=False)
+                ctx = _context(llama, 1, ubatch=chunk, flash=fa)
                 batch = llama_cpp.llama_batch_init(512, 0, 1)
                 for at in range(0, len(prompt), 512):
                     _decode_cpu(ctx, batch, [(t, at + i, 0, int(at + i == len(prompt) - 1))
