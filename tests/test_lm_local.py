@@ -239,6 +239,21 @@ async def test_a_shared_system_prompt_is_read_once():
 
 @needs_smollm
 @pytest.mark.real_model
+async def test_a_retry_that_quotes_the_answer_reads_only_what_follows():
+    lm = LocalLM("smollm2-135m", n_ctx=2048, parallel=2)
+    first = ask("Write two sentences about the sea.")
+    out = await lm.complete(first, temperature=0.0, max_tokens=40)
+    before = lm._decoder.stats.reused_tokens
+    again = await lm.complete([*first, {"role": "assistant", "content": out.text},
+                               {"role": "user", "content": "Shorter, please."}], temperature=0.0, max_tokens=20)
+    # the prompt and the answer the model wrote are still in the cache: only the new turn is read
+    assert lm._decoder.stats.reused_tokens - before >= out.usage.input_tokens + out.usage.output_tokens - 3
+    assert again.text.strip()
+    lm.close()
+
+
+@needs_smollm
+@pytest.mark.real_model
 async def test_stop_strings_max_tokens_and_errors_are_per_request():
     lm = LocalLM("smollm2-135m", n_ctx=512, parallel=4)
     count = ask("Count from 1 to 20, one number per line.")

@@ -9,9 +9,10 @@ arrives while others decode joins at the next step.
 Prefixes: the cache is unified (one buffer for all sequences), where `llama_memory_seq_cp` tags the cells of a
 prefix with another sequence id instead of copying them. A prompt that starts like one whose cells are in the
 cache (a candidate's system prompt, the same for all its rollouts) starts from those cells; requests that arrive
-together and share a prefix wait one step so that the first reads it for all. When a request ends, the part of
-its prompt it shares with others (or, if none, its whole prompt) stays in the cache under a spare sequence id, a
-few of them, least recently used first out, so that the next round of the same candidate pays its prompt once.
+together and share a prefix wait one step so that the first reads it for all. When a request ends, its cells
+(its prompt, and the answer it wrote) stay in the cache under a spare sequence id, a few of them, least recently
+used first out, so that the next round of the same candidate pays its prompt once, and a retry that
+quotes the answer reads only what follows it.
 """
 
 from __future__ import annotations
@@ -176,7 +177,6 @@ class BatchDecoder:
         self._kept: list[_Seq] = []
         self._pending: deque[Job] = deque()  # the worker's own queue
         self._inbox: deque[Job] = deque()  # submitted, not yet seen by the worker
-        self._recent: deque[tuple[int, ...]] = deque(maxlen=16)  # prompts of the last finished requests
         self._room_wait = False  # the cache was full: admit nothing new until a request ends
         self._clock = count(1)
         self.stats = Stats()
@@ -386,27 +386,23 @@ class BatchDecoder:
         """Whether a request now reading its prompt will hold cells of MIN_SHARE more tokens of this one."""
         return any(seq.todo and _common(seq.tokens + seq.todo, prompt) >= shared + MIN_SHARE for seq in self._active)
 
-    def _keep(self, seq: _Seq, prompt: list[int]) -> None:
-        """Keep the part of an ended request's prompt that others share (or all of it) under a spare sequence id."""
-        if not self.keep:
-            return
-        others = [s.tokens + s.todo for s in self._active if s is not seq]
-        others += [j.prompt for j in self._pending] + [list(p) for p in self._recent]
-        n = max((_common(o, prompt) for o in others), default=0)
-        n = n if n >= MIN_SHARE else len(prompt)
-        n = min(n, len(seq.tokens))
-        if n < MIN_SHARE:
+    def _keep(self, seq: _Seq) -> None:
+        """Keep the cells of an ended request (its prompt and the answer it read back) under a spare sequence id:
+        the next request that starts like it (another rollout of the candidate, or a retry that quotes the
+        answer) reads only what follows."""
+        tokens = seq.tokens
+        if not self.keep or len(tokens) < MIN_SHARE:
             return
         for kept in self._kept:
-            if len(kept.tokens) >= n and _common(kept.tokens, prompt) >= n:
+            if _common(kept.tokens, tokens) == len(tokens):
                 kept.used = next(self._clock)  # already kept (as long or longer)
                 return
-        for kept in [k for k in self._kept if _common(k.tokens, prompt) == len(k.tokens)]:
-            self._drop(kept)  # a shorter piece of the same prompt: the new one holds its cells too
+        for kept in [k for k in self._kept if _common(k.tokens, tokens) == len(k.tokens)]:
+            self._drop(kept)  # a shorter piece of the same tokens: the new one holds its cells too
         if not self._spare:
             self._drop(min(self._kept, key=lambda s: s.used))
-        kept = _Seq(self._spare.pop(), tokens=list(prompt[:n]), used=next(self._clock))
-        self._lib.llama_memory_seq_cp(self._mem, seq.sid, kept.sid, 0, n)
+        kept = _Seq(self._spare.pop(), tokens=list(tokens), used=next(self._clock))
+        self._lib.llama_memory_seq_cp(self._mem, seq.sid, kept.sid, 0, len(tokens))
         self._kept.append(kept)
 
     def _drop(self, kept: _Seq) -> None:
@@ -458,8 +454,7 @@ class BatchDecoder:
             self.stats.requests += 1
             self.stats.prompt_tokens += len(job.prompt)
             self.stats.reused_tokens += seq.reused
-            self._recent.append(tuple(job.prompt))
-            self._keep(seq, job.prompt)
+            self._keep(seq)
         seq.job = None
         self._release(seq)  # before the caller hears: its sequence is free when its answer arrives
         _settle(job, answer, error)
