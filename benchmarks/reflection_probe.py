@@ -35,21 +35,34 @@ from gepetto.tasks import load_task
 from gepetto.types import Candidate
 
 KEEP = "- Keep what already works in the current instruction.\n"
-LESSONS = reflect.TASK_PROMPT[reflect.TASK_PROMPT.index('First write "Lessons:"'):]
-# the wordings tried: the engine's own (current), and variants of its "keep what works" line
+SYSTEM, ANSWER = reflect.SYSTEM_PROMPT, reflect.ANSWER_PROMPT
+LESSONS = ANSWER[ANSWER.index('First write "Lessons:"'):]
+# the wordings tried, as (system message, the request's last paragraph): the engine's own (current), and variants
 WORDINGS = {
-    "current": reflect.TASK_PROMPT,
-    "lessons-as-rules": reflect.TASK_PROMPT.replace(
+    "current": (SYSTEM, ANSWER),
+    # the job at the end of the request, after the examples (the engine's layout until 2026-11-29)
+    "task-last": (reflect.ROLE, SYSTEM[len(reflect.ROLE):].strip().replace("like those of the\nexamples.",
+                                                                            "like these.") + "\n\n" + ANSWER),
+    "lessons-as-rules": (SYSTEM.replace(
         KEEP, "- Keep the current instruction's requirements and add a rule for each lesson: the new instruction "
-        "must differ from the current one wherever the assistant failed.\n"),
-    "no-keep": reflect.TASK_PROMPT.replace(KEEP, ""),
+        "must differ from the current one wherever the assistant failed.\n"), ANSWER),
+    "no-keep": (SYSTEM.replace(KEEP, ""), ANSWER),
     # no "Lessons:" block first: the answer is the instruction alone (fewer tokens written per rewrite)
-    "no-lessons": reflect.TASK_PROMPT.replace(LESSONS, "Write the new instruction between {open} and {close}, and "
-                                              "nothing after {close}."),
-    "append-rules": reflect.TASK_PROMPT.replace(
+    "no-lessons": (SYSTEM, ANSWER.replace(LESSONS, "Write the new instruction between {open} and {close}, and "
+                                          "nothing after {close}.")),
+    # shorter lessons: fewer tokens written before the instruction
+    "short-lessons": (SYSTEM, ANSWER.replace("in a few short bullet points", "in at most three bullet points of one "
+                                             "short line each")),
+    # the first request asks what the retry after a copied instruction asks: the lessons made rules of the text
+    "lessons-into-rules": (SYSTEM, ANSWER.replace(
+        "Then write the new instruction between",
+        "Then write the new instruction, with each of your lessons turned into an explicit rule in it (in general "
+        "terms), between")),
+    "append-rules": (SYSTEM.replace(
         KEEP, "- Start from the current instruction and add one line for each lesson, stating its rule or fact in "
-        "general terms.\n").replace("Then write the new instruction between",
-                                     "Then write the new instruction (the current one with your new lines) between"),
+        "general terms.\n"), ANSWER.replace("Then write the new instruction between",
+                                             "Then write the new instruction (the current one with your new lines) "
+                                             "between")),
 }
 
 
@@ -75,7 +88,8 @@ async def probe(task_name: str, wording: str, minibatches: int, threads: int, te
     runs = (await evaluate_async(seed, task.trainset, task.metric, program=task.program, task_lm=task_lm,
                                  max_concurrency=4)).rollouts
     rng, outcomes, scores, tokens, answers, raws = random.Random(0), Counter(), [], [], [], []
-    reflect.TASK_PROMPT = WORDINGS[wording]  # build_prompt reads the module's wording
+    reflect.SYSTEM_PROMPT, reflect.ANSWER_PROMPT = WORDINGS[wording]  # build_prompt reads the module's
+    answering: list[float] = []  # seconds of each first answer, from its request
     within = [0, 0]  # answers within the length limit at the first attempt, and at the second of one over it
     t0 = time.perf_counter()
     done = 0
@@ -86,8 +100,10 @@ async def probe(task_name: str, wording: str, minibatches: int, threads: int, te
         done += 1
         examples = reflect.reflective_examples(batch, component, task.trainset)
         messages = reflect.build_prompt(seed[component], examples, limit=limit)
+        asked = time.perf_counter()
         out = await refl.complete(messages, temperature=temperature, max_tokens=700, stop=[reflect.CLOSE_TAG],
                                   seed=done)
+        answering.append(time.perf_counter() - asked)
         tokens.append(out.usage.output_tokens)
         raws.append(out.text)
         verdict = reflect.vet(out.text, out.finish_reason, seed[component], examples)
@@ -118,7 +134,8 @@ async def probe(task_name: str, wording: str, minibatches: int, threads: int, te
             "outcomes": dict(outcomes), "lengths": [len(a) for a in answers],
             "seed_train": seed_train, "usable_train_mean": sum(scores) / len(scores) if scores else None,
             "usable_better": sum(s > seed_train for s in scores), "output_tokens": sum(tokens),
-            "seconds": round(seconds), "answers": answers, "raw": raws}
+            "seconds": round(seconds),
+            "first_answer_seconds": round(sum(answering) / len(answering), 1), "answers": answers, "raw": raws}
 
 
 def main() -> None:

@@ -52,9 +52,9 @@ def test_a_regex_is_optimised_end_to_end_with_its_description():
     best = result.best_candidate["pattern"]
     assert re.compile(best) and "\n- " not in best
     assert all(re.findall(best, e["message"]) == e.gold for e in rx.dataset())
-    prompt = reflection.calls[0][0][1]["content"]
+    system, prompt = (m["content"] for m in reflection.calls[0][0])
     assert f"The text you are editing is: {rx.DESCRIPTION}." in prompt
-    assert "Keep it that kind of text" in prompt and "instruction for the assistant" not in prompt
+    assert "Keep it that kind of text" in system and "instruction for the assistant" not in system + prompt
     # what `ctx.record` recorded: the message as input, the matches as JSON, and the metric's feedback
     assert "[Input]\n" in prompt and "[Output]\n[" in prompt and "Missed order numbers" in prompt
     assert any(text in prompt for text, _ in rx.MESSAGES)
@@ -87,8 +87,8 @@ def test_without_a_description_the_prompt_still_speaks_of_an_instruction():
     ex = [ReflectionExample("in", "out", "Wrong.", 0.0)]
     plain = build_prompt("Answer briefly.", ex)[1]["content"]
     assert "this instruction (its system prompt)" in plain and "[Assistant's answer]" in plain
-    described = build_prompt(r"\d+", ex, description="a regex.")[1]["content"]
-    assert "The text you are editing is: a regex. Keep it" in described and "system prompt" not in described
+    system, described = (m["content"] for m in build_prompt(r"\d+", ex, description="a regex."))
+    assert "The text you are editing is: a regex. Keep it" in system and "system prompt" not in described
 
 
 def test_ctx_record_in_sync_and_async_programs():

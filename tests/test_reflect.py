@@ -187,3 +187,13 @@ def test_a_new_instruction_heading_inside_the_tags_gives_what_follows_it():
         "Answer briefly.\nNew instruction:"
     kept = "When the user asks for a new prompt: write one."
     assert parse_proposal(f"<new_instruction>{kept}</new_instruction>") == kept
+
+
+def test_every_request_of_a_run_starts_with_the_same_text():
+    # the job is the system message, the same whatever the instruction and examples: a backend that keeps
+    # prompt prefixes reads it once a run; the answer's form comes last, after the examples
+    one = build_prompt(CURRENT, EXAMPLES)
+    other = build_prompt("Say which team should answer.", EXAMPLES[:1])
+    assert one[0] == other[0] and "Keep what already works" in one[0]["content"]
+    assert one[1]["content"].index(EXAMPLES[0].inputs) < one[1]["content"].index('First write "Lessons:"')
+    assert one[1]["content"].rstrip().endswith("nothing after </new_instruction>.")

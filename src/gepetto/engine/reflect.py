@@ -24,14 +24,18 @@ from gepetto.types import Example
 
 OPEN_TAG, CLOSE_TAG = "<new_instruction>", "</new_instruction>"
 
-SYSTEM_PROMPT = (
-    "You improve the instructions given to an AI assistant. You read the instruction it followed and "
-    "examples of its work with feedback, and you write a better instruction. You never answer the "
-    "examples yourself and you never talk to the user."
+# The job comes first (in the system message) and is the same text in every request of a run, so a backend that
+# keeps prompt prefixes reads it once; what changes (the current text, the examples) follows, then the answer's form.
+ROLE = (
+    "You improve the instructions given to an AI assistant. You read the instruction it followed and examples of its "
+    "work with feedback, and you write a better instruction. You never answer the examples yourself and you never "
+    "talk to the user."
 )
 
-TASK_PROMPT = """\
-Your job: write a new, complete instruction for the assistant so that it does better on inputs like these.
+SYSTEM_PROMPT = ROLE + """
+
+Your job: write a new, complete instruction for the assistant so that it does better on inputs like those of the
+examples.
 - Work out what the task really is from the examples and the feedback.
 - State every rule, required format and domain fact that the feedback reveals, in general terms: they must
   help on new inputs, not only on these examples.
@@ -39,27 +43,28 @@ Your job: write a new, complete instruction for the assistant so that it does be
   the instruction word for word.
 - Keep what already works in the current instruction.
 - The assistant will not see these examples or this feedback: spell out everything it needs to know.
-- Address the assistant directly ("You ..."). Do not copy the examples, do not answer them.
+- Address the assistant directly ("You ..."). Do not copy the examples, do not answer them."""
 
+ANSWER_PROMPT = """\
 First write "Lessons:" and, in a few short bullet points, what the feedback says went wrong and the rules
 or facts it reveals. Then write the new instruction between {open} and {close}, and nothing after {close}."""
 
 # For a component with a description: any text a program uses (a regex, code, a tool description, a config).
-ARTIFACT_SYSTEM_PROMPT = (
-    "You improve a text that a program uses. You read the current text and examples of the program's work "
-    "with feedback, and you write a better version of that text, of the same kind. You never answer the "
-    "examples yourself and you never talk to the user."
-)
+ARTIFACT_SYSTEM_PROMPT = """\
+You improve a text that a program uses. You read the current text and examples of the program's work with \
+feedback, and you write a better version of that text, of the same kind. You never answer the examples yourself \
+and you never talk to the user.
 
-ARTIFACT_TASK_PROMPT = """\
-Your job: write a new, complete version of the text so that the program does better on inputs like these.
+Your job: write a new, complete version of the text so that the program does better on inputs like those of the
+examples.
 - Work out from the examples and the feedback what the text must do, and what went wrong.
 - Fix every mistake the feedback names, in general terms: the text must work on new inputs, not only on
   these examples.
 - Keep what already works in the current text.
 - The text you are editing is: {description}. Keep it that kind of text: write it exactly as the program
-  will use it, with no explanation or commentary inside it.
+  will use it, with no explanation or commentary inside it."""
 
+ARTIFACT_ANSWER_PROMPT = """\
 First write "Lessons:" and, in a few short bullet points, what the feedback says went wrong. Then write the
 new text between {open} and {close}, and nothing after {close}."""
 
@@ -222,7 +227,7 @@ def shorten_messages(text: str, limit: int) -> list[Message]:
             f"Rewrite it in at most {limit} characters (about {max(limit // 6, 1)} words). Keep every rule and "
             f"the output format; drop repetitions, examples and explanations; use short lines. Write only the "
             f"shorter instruction between {OPEN_TAG} and {CLOSE_TAG}.")
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": ROLE}, {"role": "user", "content": user}]
 
 
 def length_note(limit: int | None) -> str:
@@ -256,17 +261,18 @@ def build_prompt(
             "Here is how the program did on some inputs. These are examples only: do not answer them.\n\n"
             + "\n\n".join(blocks)
             + "\n\n=== End of examples ===\n\n"
-            + ARTIFACT_TASK_PROMPT.format(open=OPEN_TAG, close=CLOSE_TAG, description=_said(description))
+            + ARTIFACT_ANSWER_PROMPT.format(open=OPEN_TAG, close=CLOSE_TAG)
             + length_note(limit)
         )
-        return [{"role": "system", "content": ARTIFACT_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+        system = ARTIFACT_SYSTEM_PROMPT.format(description=_said(description))
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
     user = (
         "The assistant was given this instruction (its system prompt):\n"
         f"<current_instruction>\n{current}\n</current_instruction>\n\n"
         "Here is how it did on some inputs. These are examples only: do not answer them.\n\n"
         + "\n\n".join(blocks)
         + "\n\n=== End of examples ===\n\n"
-        + TASK_PROMPT.format(open=OPEN_TAG, close=CLOSE_TAG)
+        + ANSWER_PROMPT.format(open=OPEN_TAG, close=CLOSE_TAG)
         + length_note(limit)
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
