@@ -88,7 +88,7 @@ async def probe(task_name: str, wording: str, minibatches: int, threads: int, te
     runs = (await evaluate_async(seed, task.trainset, task.metric, program=task.program, task_lm=task_lm,
                                  max_concurrency=4)).rollouts
     rng, outcomes, scores, tokens, answers, raws = random.Random(0), Counter(), [], [], [], []
-    reflect.SYSTEM_PROMPT, reflect.ANSWER_PROMPT = WORDINGS[wording]  # build_prompt reads the module's
+    reflect.SYSTEM_PROMPT, reflect.ANSWER_PROMPT = WORDINGS[wording]  # build_prompt reads these
     answering: list[float] = []  # seconds of each first answer, from its request
     within = [0, 0]  # answers within the length limit at the first attempt, and at the second of one over it
     t0 = time.perf_counter()

@@ -387,7 +387,7 @@ class BatchDecoder:
         return any(seq.todo and _common(seq.tokens + seq.todo, prompt) >= shared + MIN_SHARE for seq in self._active)
 
     def _keep(self, seq: _Seq) -> None:
-        """Keep the cells of an ended request (its prompt and the answer it read back) under a spare sequence id:
+        """Keep the cells of an ended request (its prompt and the answer it wrote) under a spare sequence id:
         the next request that starts like it (another rollout of the candidate, or a retry that quotes the
         answer) reads only what follows."""
         tokens = seq.tokens
