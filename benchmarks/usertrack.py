@@ -83,8 +83,8 @@ LABELS = {
           "store at 766aa6f (seconds 0; replayed there under another name from the LM cache, all 24 gave the same "
           "best, scores and proposals); home and auto ran at 766aa6f, with LM answers cached where paths met the "
           "default's",
-    "i38": "the default when issue 38 closed (aff965e: batched decoding with flash attention, the reflection LM's job "
-           "first in its requests, answers kept for retries); locked split scored at that close",
+    "i38": "the default at issue 38's partial stop (aff965e: batched decoding with flash attention, the reflection "
+           "LM's job first in its requests, answers kept for retries); locked split scored at that stop",
 }
 
 
