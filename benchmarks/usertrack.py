@@ -13,7 +13,7 @@ The score of each is the task's own (exact label after light normalisation, slot
 
 Splits. Every task has a train and a validation split (the run sees only those), a **dev test** split on which every
 decision is made, and a **locked test** split scored only by `locked`, when an issue is closed; a locked row says
-whether it was the first look. `clinc-home` and `clinc-auto` are locked-only tasks: nothing was ever decided on
+whether it was the first look. `clinc-home`, `clinc-auto`, `hwu-qa` and `hwu-transport` are locked-only tasks: nothing was ever decided on
 them, so `run` does not score their dev test either.
 
 Usage:
@@ -56,7 +56,10 @@ from gepetto.types import Candidate, Example
 
 TASK_LM, REFLECTION_LM = "local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b"
 TASKS = ["clinc-banking", "clinc-kitchen", "clinc-credit-oos", "clinc-work-oos", "snips-weather", "gsm8k-plain"]
-LOCKED_ONLY = {"clinc-home", "clinc-auto"}
+# HWU64, the development family of issue 59 (scenarios with at least 4 intents); qa and transport are locked-only,
+# named before any run (src/gepetto/tasks/hwu64.py)
+HWU_DEV = ["hwu-iot", "hwu-general", "hwu-play", "hwu-email"]
+LOCKED_ONLY = {"clinc-home", "clinc-auto", "hwu-qa", "hwu-transport"}
 # task loader options: each task's fixed splits (data seed 0) and, for the new task types, their expert form
 TASK_OPTIONS: dict[str, dict[str, Any]] = {"snips-weather": {"expert_form": "examples"}}
 LOCKED_SEEDS = (0, 1, 2)  # every task's locked figure is of these seeds' runs

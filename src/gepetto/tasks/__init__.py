@@ -25,6 +25,12 @@ TASKS: dict[str, str] = {
     "clinc-work-oos": "gepetto.tasks.intents",
     "clinc-home": "gepetto.tasks.intents",  # locked-only: scored once, on the locked test split
     "clinc-auto": "gepetto.tasks.intents",
+    "hwu-iot": "gepetto.tasks.hwu64",  # HWU64 scenarios: fine-grained intents whose names share words
+    "hwu-general": "gepetto.tasks.hwu64",
+    "hwu-play": "gepetto.tasks.hwu64",
+    "hwu-email": "gepetto.tasks.hwu64",
+    "hwu-qa": "gepetto.tasks.hwu64",  # locked-only: scored once, on the locked test split
+    "hwu-transport": "gepetto.tasks.hwu64",
     "snips-restaurant": "gepetto.tasks.slots",
     "snips-weather": "gepetto.tasks.slots",
     "sim": "gepetto.testing.sim",  # simulated, known optimum: for tests, benchmarks and trying the CLI without models
@@ -44,6 +50,7 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     "clinc-work-oos": {"domain": "work", "oos": True},
     "clinc-home": {"domain": "home", "oos": False},
     "clinc-auto": {"domain": "auto_and_commute", "oos": False},
+    **{f"hwu-{s}": {"scenario": s} for s in ("iot", "general", "play", "email", "qa", "transport")},
     "snips-restaurant": {"intent": "BookRestaurant"},
     "snips-weather": {"intent": "GetWeather"},
 }
