@@ -463,3 +463,49 @@ async def test_a_slow_client_setup_is_not_counted_against_the_request_timeout() 
         outs = await asyncio.gather(*(lm.complete([{"role": "user", "content": f"hi {i}"}]) for i in range(6)))
     assert [o.attempts for o in outs] == [1] * 6
     assert len(srv.requests) == 6
+
+
+def test_an_openai_run_needs_no_http_library_but_openais_own(monkeypatch, tmp_path) -> None:
+    """Repro a01 (round 2): openai 3.x depends on httpx2, not httpx, so a fresh install has no httpx; the endpoint
+    check and a whole `openai:` run must work without it (`sys.modules["httpx"] = None` makes its import fail)."""
+    import http.server
+    import sys
+    import threading
+
+    from typer.testing import CliRunner
+
+    from gepetto.cli import app
+    from gepetto.lm.base import LMConfigError
+    from gepetto.testing import sim_responder
+
+    monkeypatch.setitem(sys.modules, "httpx", None)
+    with pytest.raises(ImportError):
+        import httpx  # noqa: F401
+    with FakeOpenAIServer(sim_responder()) as srv:
+        OpenAILM("task", base_url=srv.url).check_endpoint()  # it answers: no error
+        res = CliRunner().invoke(app, ["optimize", "--task", "sim", "--task-lm", f"openai:task@{srv.url}",
+                                       "--reflection-lm", "sim:reflection", "--budget", "30",
+                                       "--storage", str(tmp_path / "a01.sqlite"), "--run", "r", "-q"])
+    assert res.exit_code == 0, res.output
+    assert "30/30 rollouts" in res.output
+    with pytest.raises(LMConfigError, match="cannot reach .*Connection refused"):
+        OpenAILM("m", base_url="http://127.0.0.1:9/v1").check_endpoint()
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(403)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"no")
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(LMConfigError, match=r"refused the API key \(HTTP 403: no\)"):
+            OpenAILM("m", base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1").check_endpoint()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

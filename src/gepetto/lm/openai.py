@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 _OPENAI_PARAMS = {"temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
                   "n", "user", "reasoning_effort"}
 _RETRY_STATUS = {408, 409, 425, 429}
+# what the HTTP library (httpx, or httpx2 under openai 3.x) raises when no server answered the connection
+_UNREACHABLE = {"ConnectError", "ConnectTimeout", "UnsupportedProtocol", "InvalidURL"}
 
 
 def response_format_for_openai(value: Any, style: str = "json_schema") -> dict[str, Any] | None:
@@ -129,23 +131,28 @@ class OpenAILM(RemoteLM):
     def check_endpoint(self) -> None:
         """Before a run pays for anything: the server answers, and does not refuse the key (one GET of `/models`,
         which costs nothing). Raises LMConfigError when it cannot be reached (refused, no such host, no answer to
-        connect) or answers 401/403; any other answer, or a slow one, means it is there."""
-        import httpx
+        connect) or answers 401/403; any other answer, or a slow one, means it is there. It goes through the
+        `openai` client itself, so it needs no HTTP library of its own (openai 1.x brings httpx, 3.x httpx2)."""
+        import openai
 
         url = (self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
         wait = min(self.timeout, 10.0)
         try:
-            resp = httpx.get(url + "/models", headers={"Authorization": f"Bearer {self.api_key()}"},
-                             timeout=httpx.Timeout(wait, connect=min(wait, 5.0)))
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-            raise LMConfigError(f"{self.name}: cannot reach {url} ({_short(exc) or type(exc).__name__}): start the "
-                                "server or fix the URL; nothing was paid") from None
-        except httpx.HTTPError:  # it answered the connection: there, only slow or odd
+            client = openai.OpenAI(base_url=url, api_key=self.api_key(), max_retries=0,
+                                   timeout=openai.Timeout(wait, connect=min(wait, 5.0)))
+            client.models.list()
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise LMConfigError(f"{self.name}: {url} refused the API key (HTTP {exc.status_code}: "
+                                f"{_short(exc.response.text, 120)}); check "
+                                f"{self._api_key_env or 'the api_key_env variable'}; nothing was paid") from None
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__
+            if type(cause).__name__ not in _UNREACHABLE:  # it answered the connection: there, only slow or odd
+                return
+            raise LMConfigError(f"{self.name}: cannot reach {url} ({_short(cause) or type(cause).__name__}): start "
+                                "the server or fix the URL; nothing was paid") from None
+        except (openai.APIStatusError, ValueError):  # another answer, or a body that is no model list: it is there
             return
-        if resp.status_code in (401, 403):
-            raise LMConfigError(f"{self.name}: {url} refused the API key (HTTP {resp.status_code}: "
-                                f"{_short(resp.text, 120)}); check {self._api_key_env or 'the api_key_env variable'}"
-                                "; nothing was paid")
 
     def api_key(self) -> str:
         """The key this LM sends: from its paired variable, or the placeholder (read at each client's creation)."""
