@@ -488,7 +488,7 @@ def test_an_openai_run_needs_no_http_library_but_openais_own(monkeypatch, tmp_pa
                                        "--storage", str(tmp_path / "a01.sqlite"), "--run", "r", "-q"])
     assert res.exit_code == 0, res.output
     assert "30/30 rollouts" in res.output
-    with pytest.raises(LMConfigError, match="cannot reach .*Connection refused"):
+    with pytest.raises(LMConfigError, match=r"cannot reach .*Connection refused"):
         OpenAILM("m", base_url="http://127.0.0.1:9/v1").check_endpoint()
 
     class Refusing(http.server.BaseHTTPRequestHandler):
