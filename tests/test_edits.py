@@ -2,6 +2,7 @@
 
 import random
 import re
+from collections import Counter
 
 import pytest
 
@@ -245,9 +246,7 @@ def test_a_rule_the_instruction_already_has_is_not_asked_for_again():
 )
 def test_a_rule_must_name_the_right_answer_when_the_pattern_states_it(rule, pattern, names):
     _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", CREDIT, [], pattern)
-    if "instead of" in rule:  # it names the right answer, worded for the wrong one: refused for that
-        assert why is Outcome.DESCRIBES_OTHER
-        return
+    # (the "instead of" one names the right answer, worded for the wrong one: its test decides)
     assert why is (None if names else Outcome.MISSES_ANSWER)
     if why is not None:
         assert edits.expected_answer(pattern) in edits.retry_hint(why, pattern)
@@ -337,28 +336,35 @@ def test_several_rules_per_proposal_share_one_validation():
     assert max(len(re.findall(r"^- Apply", e.text, re.M)) for e in multi) >= 2  # several rules in one child
 
 
-def test_a_pattern_no_usable_rule_came_for_is_not_asked_again_on_that_parent():
-    """A mistake the reflection LM writes no usable rule for (all attempts refused) is skipped for that parent and
-    the children that inherit its memory, so a frequent unanswerable pattern (CLINC's "not a valid intent name")
-    does not take the reflection calls of every later proposal."""
+def test_a_pattern_no_usable_rule_came_for_waits_until_the_others_are_tried():
+    """A mistake the reflection LM writes no usable rule for (all attempts refused) is not asked again on that parent
+    (and the children that inherit its memory) while other patterns are open, so a frequent unanswerable pattern
+    (CLINC's "not a valid intent name") does not take the reflection calls of every later proposal; once every
+    other pattern has been tried, it is asked again, each refused ask counting as a try (up to LATE_TRIES), so the run
+    does not stall with training examples still failing."""
     import asyncio
 
+    from gepetto.engine.proposers import LATE_TRIES
+
     task = sim.task(n_train=16, n_val=8, kinds=4)
-    asked: list[tuple[str, str]] = []
+    asked: list[tuple[str, str, int]] = []  # (parent instruction, pattern, candidates added before)
 
     def writer(messages, params):
         user = messages[1]["content"]
         if len(messages) == 2 and "need rule-0" in user:
             current = user.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
-            asked.append((current, re.search(r"makes this mistake: (.*?) \(", user).group(1)))
+            asked.append((current, re.search(r"makes this mistake: (.*?) \(", user).group(1), len(accepted)))
         return "<rule></rule>" if "need rule-0" in user else _rule_writer(messages, params)
 
+    accepted: list[int] = []
     engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
                           task_lm=sim.SimTaskLM(), reflection_lm=ScriptedLM(writer), budget=300, proposer="edit",
-                          merge="off")
+                          merge="off", callbacks=lambda e: accepted.append(1) if type(e).__name__ == "CandidateAdded"
+                          else None)
     res = asyncio.run(engine.run())
-    assert asked and len(asked) == len(set(asked))  # each (parent, pattern) asked once, never again
-    assert res.proposals.get("rejected: empty", 0) == len(asked) * 3  # its three attempts, no more
+    per_parent = Counter((current, pattern) for current, pattern, _ in asked)
+    assert 1 < max(per_parent.values()) <= LATE_TRIES, per_parent  # asked again, but not forever
+    assert res.proposals.get("rejected: empty", 0) == len(asked) * 3  # three attempts an ask, no more
     assert res.best_score > res.seed_score  # the other patterns' rules still came
 
 
@@ -374,48 +380,51 @@ CREDIT = ("Classify the customer's message into one of these credit cards intent
 
 
 @pytest.mark.parametrize(
-    ("rule", "pattern", "current", "other"),
-    [  # rules the 1.5B wrote on clinc-kitchen and that got into best prompts (2026-11-25), then sound ones
-        ("If the input asks for the cooking time or preparation time for a specific dish or meal, answer "
-         "ingredient_substitution.", "answered cook_time, expected ingredient_substitution", KITCHEN, "cook_time"),
-        ("When a customer asks for a reservation or confirms a reservation, the assistant should answer "
-         "restaurant_reservation.", "answered recipe, expected restaurant_reservation", KITCHEN,
-         "confirm_reservation"),  # the condition of the rule line for confirm_reservation
-        ("If a customer asks about the availability of a restaurant's reservations, answer food_last.",
-         "answered accept_reservations, expected food_last", KITCHEN, "accept_reservations"),
-        ("If the customer asks about their credit limit, answer out_of_scope.",
-         "answered credit_limit, expected out_of_scope", CREDIT, "credit_limit"),
-        ("If a customer asks about ingredient substitution, answer ingredient_substitution.",
-         "answered cook_time, expected ingredient_substitution", KITCHEN, ""),
-        ("If the input asks how long food stays good, not the cooking time, answer food_last.",
-         "answered cook_time, expected food_last", KITCHEN, ""),  # a negated clause is no description
-        ("If the input asks for a restaurant suggestion or confirms a reservation, answer restaurant_suggestion.",
-         "answered recipe, expected restaurant_suggestion", KITCHEN, ""),  # as many words of each (but see below)
-        ("If the input does not match any of the credit card intents, answer out_of_scope.",
-         "answered credit_limit, expected out_of_scope", CREDIT, ""),  # "credit" is the whole task's word
+    ("rule", "pattern", "current"),
+    [  # rules for intents whose names share words: the right answer's inputs, in words of another answer's name
+        ("If the customer asks when their new card will arrive, answer card_delivery_estimate.",
+         "answered card_arrival, expected card_delivery_estimate", "Classify: card_arrival, card_delivery_estimate."),
         ("If the customer asks about increasing the limit on the card, answer credit_limit_change.",
-         "answered credit_limit, expected credit_limit_change", CREDIT, ""),  # "limit" is both answers' word
-        ("If the message asks for the expiration date of the card, answer expiration date.",
-         "answered credit_limit, expected expiration_date", CREDIT, ""),
-        ("If a customer asks about what to cook for dinner, answer meal_suggestion.",
-         "answered cook_time, expected meal_suggestion", KITCHEN, ""),  # one short word ("cook") is not enough
-        ("If the customer asks how much money is left in their balance, answer freeze_account.",
-         "answered balance, expected freeze_account", BANKING, "balance"),  # a one-word answer is a word too
-        ("If the customer wants to freeze their account, not check their balance, answer freeze_account.",
-         "answered balance, expected freeze_account", BANKING, ""),
+         "answered credit_limit, expected credit_limit_change", CREDIT),
+        ("If the user asks for the lights to be made less bright, answer iot_hue_lightdim.",
+         "answered iot_hue_lightoff, expected iot_hue_lightdim", "Classify: iot_hue_lightoff, iot_hue_lightdim."),
+        ("If the customer says their transfer has not arrived yet, answer transfer_not_received_by_recipient.",
+         "answered balance_not_updated_after_bank_transfer, expected transfer_not_received_by_recipient",
+         "Classify: balance_not_updated_after_bank_transfer, transfer_not_received_by_recipient."),
     ],
 )
-def test_a_rule_worded_for_another_answer_is_refused(rule, pattern, current, other):
-    others = [edits.wrong_answer(pattern), *edits.answers_named(current)]
-    assert edits.describes_another(rule, edits.expected_answer(pattern), others, current) == other
-    _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", current, [], pattern)
-    # a condition joined with "or" that is another answer's ("confirms a reservation") is refused on its own
-    split = any(edits.describes_another(part, edits.expected_answer(pattern), others, current)
-                for part in edits.alternatives(rule))
-    assert other or split == ("confirms a reservation" in rule)
-    assert why is (Outcome.DESCRIBES_OTHER if other or split else None)
-    if why is not None and other:
-        assert "not those of " + edits.expected_answer(pattern) in edits.retry_hint(why, pattern)
+def test_a_rule_is_not_refused_for_the_words_of_the_answers_names(rule, pattern, current):
+    """Whether a rule describes the right inputs is left to its test: the words of answer names say nothing when the
+    names of fine-grained intents share them (issue 59: such rules were refused as written for another answer)."""
+    assert edits.vet_rule(f"<rule>{rule}</rule>", "stop", current, [], pattern) == (rule, None)
+
+
+def test_a_rule_whose_consequent_names_no_answer_gets_the_one_asked_for():
+    pattern = "answered iot_cleaning, expected iot_coffee"
+    assert edits.vet_rule("<rule>If the user asks for coffee, prepare it.</rule>", "stop", "Classify.", [],
+                          pattern) == ("If the user asks for coffee, answer iot_coffee.", None)
+    assert edits.vet_rule("<rule>If the user asks for a cup, a mug or a latte, make it.</rule>", "stop",
+                          "Classify.", [], answer="iot_coffee")[0] == \
+        "If the user asks for a cup, a mug or a latte, answer iot_coffee."
+    # one that gives the wrong answer stays wrong: it names the answer the task LM gave
+    rule, why = edits.vet_rule("<rule>If the user asks for coffee, answer iot_cleaning.</rule>", "stop",
+                               "Classify.", [], pattern)
+    assert why is Outcome.MISSES_ANSWER and rule.endswith("iot_cleaning.")
+
+
+def test_a_rule_made_of_pasted_messages_echoes_them():
+    shown = [edits.Shown("will you check and confirm command please", "general_commandstop", "", 0.0),
+             edits.Shown("could you check my last question", "general_commandstop", "", 0.0),
+             edits.Shown("confirm it", "general_commandstop", "", 0.0)]
+    pasted = ('If the user says "will you check and confirm command please" or "could you check my last question", '
+              "answer general_confirm.")
+    assert edits.pasted_inputs(pasted, shown) == [shown[0].inputs, shown[1].inputs]
+    assert edits.vet_rule(f"<rule>{pasted}</rule>", "stop", "Classify.", shown, answer="general_confirm")[1] \
+        is Outcome.ECHO
+    # one short phrase an input also has is no paste; nor is a whole input of fewer than PASTED_WORDS words
+    general = "If the user asks the assistant to check or confirm what it did, answer general_confirm."
+    assert edits.vet_rule(f"<rule>{general}</rule>", "stop", "Classify.", shown, answer="general_confirm")[1] is None
+    assert edits.pasted_inputs('If the user says "confirm it", answer general_confirm.', shown) == []
 
 
 def test_the_answers_a_pattern_and_the_rule_lines_name():
@@ -631,14 +640,3 @@ def test_rounds_of_edit_proposals_do_not_hang_on_timing(definitions, seed):
     assert runs[0][1:] == runs[1][1:] == runs[2][1:]
     assert runs[0][0].rollouts_used == runs[1][0].rollouts_used == runs[2][0].rollouts_used
     assert runs[0][0].best_score > runs[0][0].seed_score
-
-
-def test_a_rule_that_sends_two_kinds_of_request_to_one_answer_is_refused():
-    rule = "If the customer asks about restaurant reviews or wants a restaurant suggestion, answer restaurant_reviews."
-    assert edits.alternatives(rule) == ["the customer asks about restaurant reviews", "wants a restaurant suggestion"]
-    _, why = edits.vet_rule(f"<rule>{rule}</rule>", "stop", "Classify the message.", [], answer="restaurant_reviews",
-                            others=["restaurant_suggestion", "meal_suggestion"])
-    assert why is Outcome.DESCRIBES_OTHER
-    one = "If the customer asks what people say about a restaurant or how it is rated, answer restaurant_reviews."
-    assert edits.vet_rule(f"<rule>{one}</rule>", "stop", "Classify the message.", [], answer="restaurant_reviews",
-                          others=["restaurant_suggestion"])[1] is None

@@ -70,6 +70,24 @@ def test_malformed_proposals_cost_no_rollouts(bad):
     assert result.rollouts_used <= len(task.valset) + len(task.trainset)
     assert result.stop_reason is StopReason.STALLED and result.stop_message.startswith("stalled")
     assert len(lm.calls) == 3 * result.iterations  # every iteration retried the reflection LM 3 times
+    # the stop says what the idle iterations' proposals said and what is left of the budget
+    assert f"; {result.budget - result.rollouts_used} of {result.budget} rollouts left unspent" in result.stop_message
+    assert "rejected:" in result.stop_message
+
+
+def test_a_stall_says_when_nothing_was_left_to_learn_from():
+    from gepetto.engine.stopping import RunStatus, Stalled
+
+    status = RunStatus(30, 140, 300, 0.8, 2, 12, 10, 60.0, 0.0, None,  # type: ignore[arg-type]
+                       {str(Outcome.NO_OPEN_MISTAKE): 9, str(Outcome.UNCHANGED): 1})
+    stop = Stalled(10)(status)
+    assert stop is not None and stop.reason is StopReason.STALLED
+    assert stop.message == ("stalled: 10 iterations in a row found nothing worth a rollout (skipped: no open mistake "
+                            "in the known training rollouts 9; rejected: unchanged 1): every mistake the best makes "
+                            "on the training examples it ran has had its rules tried (up to 4 times each): more "
+                            "training examples would give it more to learn from, more budget would not; 160 of 300 "
+                            "rollouts left unspent")
+    assert Stalled(11)(status) is None
 
 
 def test_truncated_proposal_is_retried_with_more_tokens():

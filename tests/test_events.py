@@ -196,7 +196,7 @@ def test_outcome_labels_are_the_labels_shown_before():
         "accepted", "rejected: not better on minibatch", "rejected: already tried", "rejected: truncated",
         "rejected: empty", "rejected: unchanged", "rejected: chat reply", "rejected: copies our prompt markers",
         "rejected: echoes the examples", "rejected: misses the right answer",
-        "rejected: describes another answer", "rejected: over the length budget",
+        "rejected: over the length budget",
         "rejected: raced out in validation", "reflection error",
         "skipped: parent perfect on minibatch",
         "skipped: no open mistake in the known training rollouts", "merge accepted", "merge rejected"}
@@ -210,7 +210,7 @@ def test_every_rejection_the_vetters_can_give_is_an_outcome():
     edits = (SRC / "engine" / "edits.py").read_text()
     reasons = set(re.findall(r'ReflectionProposal\([^,]+, Outcome\.([A-Z_]+)', reflect))
     reasons |= set(re.findall(r'return (?:rule|""), Outcome\.([A-Z_]+)', edits))
-    assert {"TRUNCATED", "EMPTY", "UNCHANGED", "CHAT_REPLY", "MISSES_ANSWER", "DESCRIBES_OTHER"} <= reasons
+    assert {"TRUNCATED", "EMPTY", "UNCHANGED", "CHAT_REPLY", "MISSES_ANSWER", "ECHO"} <= reasons
     assert not re.search(r'ReflectionProposal\([^,]+, "|return (?:rule|""), "', reflect + edits)
     for name in reasons:
         assert Outcome[name].group == "rejected"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gepetto.tasks import default_data_dir, load_task
+from gepetto.tasks import default_data_dir, hwu64, load_task
 from gepetto.tasks.intents import labels, normalize_label
 from gepetto.types import Example
 
@@ -121,3 +121,24 @@ def test_snips_says_when_the_reply_was_cut_off():
     ex = task.valset[0]
     cut = task.metric(ex, '{\n  "city": "Paris",\n  "country": "Fr', [TraceEntry("instruction", "x", "y", "length")])
     assert cut.value == 0.0 and cut.pattern == "reply too long, JSON cut off"
+
+
+@pytest.mark.skipif(not (default_data_dir() / "hwu64").is_dir(), reason="no hwu64 data here")
+@pytest.mark.parametrize("name", ["hwu-iot", "hwu-email", "hwu-qa"])
+def test_hwu_tasks_split_the_folds_without_overlap_and_score_degenerate_outputs_zero(name):
+    dev, locked = load_task(name), load_task(name, test_split="locked")
+    assert (len(dev.trainset), len(dev.valset), len(dev.testset), len(locked.testset)) == (24, 40, 120, 240)
+    assert [e.id for e in dev.trainset + dev.valset] == [e.id for e in locked.trainset + locked.valset]
+    texts = [{e["message"].lower() for e in part} for part in (dev.trainset, dev.valset, dev.testset, locked.testset)]
+    assert all(not (texts[i] & texts[j]) for i in range(4) for j in range(i + 1, 4))  # no text in two splits
+    golds = {e.gold for e in dev.testset}
+    assert golds == set(hwu64.labels(name.removeprefix("hwu-"))) == {e.gold for e in dev.trainset}
+    for ex in dev.testset[:20]:
+        assert dev.metric(ex, ex.gold, []).value == 1.0
+        for junk in ["", "{}", ex["message"], dev.seed_candidate["instruction"], "null", ", ".join(sorted(golds))]:
+            assert dev.metric(ex, junk, []).value == 0.0, junk
+    seed, expert = dev.seed_candidate["instruction"], dev.expert_candidate["instruction"]
+    assert all(g in seed for g in golds) and expert.startswith(seed)
+    assert expert.count("\n- If the user ") == len(golds)  # one hand-written definition per intent
+    score = sum(dev.metric(e, dev.baseline, []).value for e in dev.testset) / len(dev.testset)
+    assert score <= 0.25

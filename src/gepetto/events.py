@@ -113,7 +113,6 @@ class Outcome(str, Enum):
     SCAFFOLDING = "rejected: copies our prompt markers"
     ECHO = "rejected: echoes the examples"
     MISSES_ANSWER = "rejected: misses the right answer"  # an edit rule that does not name the expected answer
-    DESCRIBES_OTHER = "rejected: describes another answer"  # an edit rule worded for another answer's name
     OVER_LENGTH = "rejected: over the length budget"  # longer than EngineConfig.max_component_chars
     # a child (of a reflection or a merge) that passed its test, whose validation racing cut short: it could
     # neither enter the Pareto front nor become the best (EngineConfig.racing); counted instead of accepted

@@ -249,68 +249,10 @@ def expected_answer(pattern: str) -> str:
 names_answer = names  # whether a rule names an answer as a whole word (answers.names)
 
 
-_NEGATED = re.compile(r"\b(?:not|never|no|none|rather than|instead of|unless|except|other than)\b[^,;.]*", re.I)
 _ANSWER_NAMED = re.compile(r"\banswer(?:\s+with)?\s+[\"'`]?(\w+(?:[.-]\w+)*)", re.I)
-_LABEL_STOPWORDS = frozenset({"a", "an", "and", "for", "in", "of", "on", "or", "the", "to"})
-
-
-def _label_words(label: str) -> set[str]:
-    return {w for w in re.split(r"[_\s.-]+", label.lower()) if w and w not in _LABEL_STOPWORDS}
-
-
-def _mentions(words: set[str], label_word: str) -> bool:
-    """Whether a label's word occurs among `words`, inflected or not ("cook" in "cooking", "reservations")."""
-    if len(label_word) < 4:
-        return label_word in words
-    stem = label_word[:5]
-    return any(w.startswith(stem) for w in words)
-
-
-def describes_another(rule: str, answer: str, others: Iterable[str], current: str = "") -> str:
-    """The answer among `others` that the rule's condition describes rather than its own `answer`, or "".
-
-    Small models often write a rule for the right answer Y in words of the answer the task LM wrongly gave
-    ("If the input asks for the cooking time of a dish, answer ingredient_substitution" for the pattern
-    "answered cook_time, expected ingredient_substitution"), or give two answers the same condition. With answers
-    that are names (intents, classes), that shows in the words: the condition (the rule without its negated
-    clauses, its answer clause and the answer names written as such) names more words of another answer's name
-    than of its own, counting only the words that tell the two apart and that the instruction's prose (outside
-    answer names) does not use for the whole task ("credit" in "credit card intents"); one word of four letters
-    or fewer is not enough ("cook" in "what to cook for dinner")."""
-    spaced = r"[_\s]+".join(map(re.escape, re.split(r"[_\s]+", answer)))
-    condition = re.sub(r"\banswer(?:\s+with)?\s+[\"'`]?" + spaced + r"(?![\w])", " ", _NEGATED.sub(" ", rule),
-                       flags=re.I)
-    # answers named as such are no description; a one-word answer ("balance") is also a word of the condition
-    for name in {n for n in {answer, *others} if re.search(r"[_\s]", n)}:
-        condition = re.sub(r"(?<![\w])" + re.escape(name) + r"(?![\w])", " ", condition, flags=re.I)
-    words = set(re.findall(r"[a-z0-9]+", condition.lower()))
-    lines = [line for line in current.lower().split("\n") if not line.startswith("- ")]  # not the rules
-    # the prose without answer names: snake_case ones, and the one-word answers at hand ("balance" in a label list)
-    text = re.sub(r"\b\w+_\w+\b", " ", "\n".join(lines))
-    for name in {answer, *others} - {""}:
-        text = re.sub(r"(?<![\w])" + re.escape(name.lower()) + r"(?![\w])", " ", text)
-    prose = set(re.findall(r"[a-z0-9]+", text))
-    own = {w for w in _label_words(answer) if not _mentions(prose, w)}
-    for other in sorted(set(others) - {answer, ""}):
-        theirs = {w for w in _label_words(other) if not _mentions(prose, w)}
-        mine = {w for w in own if not any(_mentions({t}, w) or _mentions({w}, t) for t in theirs)}
-        its = {t for t in theirs if not any(_mentions({t}, w) or _mentions({w}, t) for w in own)}
-        named = [w for w in its if _mentions(words, w)]
-        # one short word is no evidence ("what to cook for dinner, answer meal_suggestion" against cook_time)
-        if len(named) > sum(_mentions(words, w) for w in mine) and (len(named) > 1 or len(named[0]) > 4):
-            return other
-    return ""
-
-
-def alternatives(rule: str) -> list[str]:
-    """The conditions a rule joins with "or" ("If the customer asks about A, B or C, answer Z." gives "the customer
-    asks about A", "B" and "C"), each to be checked on its own: one line must not send two kinds of request to one
-    answer."""
-    condition = re.sub(r"^\s*if\s+", "", re.split(r",\s*(?:then\s+)?answer\b", rule, flags=re.I)[0], flags=re.I)
-    if not re.search(r"\bor\b|;", condition):
-        return []
-    parts = [p.strip() for p in re.split(r"\s*(?:;|,\s*(?:or\s+)?|\s+\bor\b\s+)\s*", condition) if p.strip()]
-    return parts if len(parts) > 1 else []
+# a rule's condition and consequent: "If <condition>, <consequent>." (also "When ...")
+_IF_THEN = re.compile(r"^\s*(?:if|when(?:ever)?)\s+(.+),\s*(?:then\s+)?(.+?)\s*$", re.I | re.S)
+PASTED_WORDS = 4  # an input of at least this many words, found whole in a rule, was pasted into it
 
 
 def answers_named(text: str) -> list[str]:
@@ -318,16 +260,39 @@ def answers_named(text: str) -> list[str]:
     return [m[-1] for line in text.split("\n") if line.startswith("- ") and (m := _ANSWER_NAMED.findall(line))]
 
 
+def pasted_inputs(rule: str, shown_examples: Sequence[Shown]) -> list[str]:
+    """The shown inputs (of at least PASTED_WORDS words) that the rule holds whole, word for word: a rule made of
+    pasted messages fits the examples it was shown, not the kind of request they are (short messages slip past
+    `echo_fraction`'s six-word runs)."""
+    text = f" {' '.join(re.findall(r'[a-z0-9]+', rule.lower()))} "
+    found = []
+    for ex in shown_examples:
+        words = re.findall(r"[a-z0-9]+", ex.inputs.lower())
+        if len(words) >= PASTED_WORDS and f" {' '.join(words)} " in text and ex.inputs not in found:
+            found.append(ex.inputs)
+    return found
+
+
+def with_answer(rule: str, answer: str, rivals: Iterable[str] = ()) -> str:
+    """A rule "If <condition>, <consequent>." whose consequent names no answer ("..., prepare it.") given the
+    answer it was asked for ("..., answer <answer>."): the condition is the part reflection writes for us; the
+    consequent is fixed by the request. Any other rule as it is (one that names a rival answer stays wrong)."""
+    m = _IF_THEN.match(rule)
+    if not answer or m is None or names_answer(rule, answer) or any(names_answer(m[2], r) for r in rivals if r):
+        return rule
+    return f"If {m[1].strip()}, answer {answer}."
+
+
 def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequence[Shown],
-             pattern: str = "", *, answer: str | None = None, others: Iterable[str] = (),
-             split_against: Iterable[str] = ()) -> tuple[str, Outcome | None]:
+             pattern: str = "", *, answer: str | None = None) -> tuple[str, Outcome | None]:
     """(rule, why rejected or None): a rule worth a rollout is short, new, general and free of our markers
     (tags, headers, and the failure pattern's own label); when the pattern names the right answer
     ("answered X, expected Y", or `answer` given), the rule must name Y: small models often write the rule
-    towards the wrong answer X ("if the customer asks about the card's validity, answer credit_limit_change"),
-    and must not be worded for another answer (X, an answer a rule line of `current` gives, or one of `others`:
-    `describes_another`); and none of the conditions it joins with "or" may be worded for another answer (those
-    and `split_against`: `alternatives`)."""
+    towards the wrong answer X ("if the customer asks about the card's validity, answer credit_limit_change"); a
+    rule whose consequent names no answer at all gets Y's (`with_answer`). A rule that holds several shown inputs
+    whole, or is mostly their words, echoes them. Whether a rule describes the right inputs is left to its test:
+    a check on the words of the answers' names read rules for intents whose names share words as written for
+    another (issue 59)."""
     rule = parse_rule(raw)
     if finish_reason == "length":
         rule, _ = drop_repeats(rule)
@@ -341,20 +306,17 @@ def vet_rule(raw: str, finish_reason: str, current: str, shown_examples: Sequenc
     if len(rule) > MAX_RULE_CHARS:
         sentences = re.split(r"(?<=[.!?])\s+", rule)
         rule = " ".join(sentences[:2])[:MAX_RULE_CHARS]
+    answer = expected_answer(pattern) if answer is None else answer
+    rule = with_answer(rule, answer, [wrong_answer(pattern), *answers_named(current)])
     if _normal(rule) in _normal(current):
         return rule, Outcome.UNCHANGED
     if _CHAT_OPENERS.match(rule) or _CHAT_ASKS.search(rule):
         return rule, Outcome.CHAT_REPLY
     if has_scaffolding(rule) or (pattern and copies_pattern(rule, pattern)):
         return rule, Outcome.SCAFFOLDING
-    answer = expected_answer(pattern) if answer is None else answer
     if answer and not names_answer(rule, answer):
         return rule, Outcome.MISSES_ANSWER
-    rivals = [wrong_answer(pattern), *answers_named(current), *others]
-    if answer and (describes_another(rule, answer, rivals, current) or any(
-            describes_another(part, answer, [*rivals, *split_against], current) for part in alternatives(rule))):
-        return rule, Outcome.DESCRIBES_OTHER
-    if echo_fraction(rule, shown_examples) > 0.5:
+    if len(pasted_inputs(rule, shown_examples)) > 1 or echo_fraction(rule, shown_examples) > 0.5:
         return rule, Outcome.ECHO
     return rule, None
 
@@ -369,13 +331,11 @@ def retry_hint(why: Outcome, pattern: str, *, answer: str | None = None) -> str:
            f"{answer}.\", between {RULE_OPEN} and {RULE_CLOSE}.")
     reasons = {
         Outcome.ALREADY_TRIED: "That rule was already tried and did not help.",
-        Outcome.ECHO: "That copies the inputs; describe the kind of input in general words instead.",
+        Outcome.ECHO: "That copies the inputs; say in general words what kind of request they are instead.",
         Outcome.SCAFFOLDING: ("That contains headers, tags or the mistake's label from my message; write "
                                       "only the rule itself, naming the right answer."),
         Outcome.CHAT_REPLY: "Do not talk to me; write the rule for the assistant.",
         Outcome.MISSES_ANSWER: f"The right answer here is {answer}; the rule must say when to answer it.",
-        Outcome.DESCRIBES_OTHER: (f"That rule describes the inputs of another answer, not those of {answer}; "
-                                     f"describe what the inputs whose right answer is {answer} ask for."),
         Outcome.OVER_LENGTH: "That rule makes the instruction too long; write a shorter one.",
     }
     return f"{reasons.get(why, f'That answer was not usable ({why.reason}).')} {ask}"

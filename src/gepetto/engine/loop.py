@@ -195,6 +195,7 @@ class Engine:
         self._raced_out: list[CandidateRecord] = []  # children whose validation racing cut (Result.raced_out)
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
+        self._idle_outcomes: Counter[str] = Counter()  # what the proposals of the idle iterations in a row said
         self._since_improvement = 0
         self._lm_failures = 0  # LM infrastructure failures in a row
         self._lm_answered = 0  # LM calls (rollouts, reflection) answered in this session
@@ -226,11 +227,13 @@ class Engine:
                 self._stop = self._check_stop(conditions)
                 if self._stop:
                     break
-                before = st.rollouts_used
+                before, said = st.rollouts_used, Counter(st.proposals)
                 best_before = st.best().mean
                 merging = self.merge is not None and st.merges_due > 0 and st.merges_done < self.merge.max
                 await self._guarded(self._merge_step() if merging else self._reflective_round())
                 self._idle = 0 if st.rollouts_used > before else self._idle + 1
+                self._idle_outcomes = Counter() if not self._idle else self._idle_outcomes + (
+                    Counter(st.proposals) - said)
                 self._since_improvement = 0 if st.best().mean > best_before else self._since_improvement + 1
                 self._emit(ev.IterationEnded(st.iteration, st.rollouts_used, st.budget, st.best().mean,
                                              len(st.archive.front), len(st.records)))
@@ -787,7 +790,7 @@ class Engine:
         st = self.state
         status = stopping.RunStatus(st.iteration, st.rollouts_used, st.budget, st.best().mean, len(st.records),
                                     self._since_improvement, self._idle, time.monotonic() - self._t0,
-                                    st.ledger.total().cost, st)
+                                    st.ledger.total().cost, st, {str(k): v for k, v in self._idle_outcomes.items()})
         return next((stop for c in conditions if (stop := stopping.decide(c, status)) is not None), None)
 
     def _paid_scores(self, candidate: Candidate) -> dict[str, float]:

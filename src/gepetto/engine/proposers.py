@@ -26,6 +26,7 @@ import asyncio
 import random
 import re
 import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -54,8 +55,10 @@ from gepetto.types import Candidate, Example, Score
 # what the built-in proposers remember in `state.memory`
 # {(candidate id, component): {failure pattern: the rules tried for it that did not help}}
 RULES_TRIED: MemoryKey[dict[tuple[str, str], dict[str, list[str]]]] = MemoryKey("edit.rules_tried", dict)
-# {(candidate id, component): the failure patterns no usable rule came for}
-UNANSWERED: MemoryKey[dict[tuple[str, str], set[str]]] = MemoryKey("edit.unanswered", dict)
+# {(candidate id, component): the failure patterns no usable rule came for (asked again once the others are tried)}
+UNANSWERED: MemoryKey[dict[tuple[str, str], Counter[str]]] = MemoryKey("edit.unanswered", dict)
+# a failure pattern is asked for again while some have been tried fewer than twice; then up to this many times
+LATE_TRIES = 4
 # {component: the iteration of the proposal that makes its first draft of the rules}
 DRAFTED: MemoryKey[dict[str, int]] = MemoryKey("edit.drafted", dict)
 # {"demo" | "other": [passed, tested]}: the minibatch tests of each kind of proposal (adaptive few-shot)
@@ -469,10 +472,10 @@ class Edit(Knobs, Proposer):
         evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
         memory = st.memory.of(RULES_TRIED)
         tried = memory.setdefault((parent.id, component), {})
-        # patterns no usable rule came for on this parent (every attempt refused): not asked again, from the next
-        # round on (`request.later`: a proposal running beside this one on the same parent does not see them)
+        # patterns no usable rule came for on this parent (every attempt refused): not asked again while others are
+        # open, from the next round on (`request.later`: a proposal running beside this one does not see them)
         skipped = st.memory.of(UNANSWERED)
-        unanswered, refused = skipped.setdefault((parent.id, component), set()), set()
+        unanswered, refused = skipped.setdefault((parent.id, component), Counter()), set()
         diagnosis = diagnose(request)
         patterns = sorted({edits.pattern_of(r, diagnosis) for r in evidence if r.score.value < cfg.perfect_score})
         known: list[Rollout] = []  # every candidate's paid training rollouts (the parent's first), read once
@@ -482,13 +485,24 @@ class Edit(Knobs, Proposer):
         instruction, kept = parts(cfg, parent[component])
         text = instruction
         asked: list[tuple[edits.Focus, str]] = []  # (focus, rule) of each rule in the child
+        kept_rules: dict[str, str] = {}  # pattern -> the rule line it already has, written back unchanged
         for _ in range(self.rules):  # each rule for another pattern, and another right answer
             chosen = {f.pattern for f, _ in asked}
             answers = {edits.expected_answer(p) for p in chosen} - {""}
-            skip = [p for p in patterns if p in chosen or p in unanswered or p in refused
+            skip = [p for p in patterns if p in chosen or p in refused or p in kept_rules
                     or edits.expected_answer(p) in answers]
-            focus = edits.choose_focus(evidence, cfg.perfect_score, tried, rng, max_failures=max(cfg.minibatch_size, 4),
-                                       max_contrast=self.gate_solved, skip=skip, diagnosis=diagnosis)
+            focus = None
+            # first the patterns tried fewer than twice that got a usable rule; once none is left, those tried fewer
+            # than LATE_TRIES times and those refused before, asked again with the rules tried shown: a run does not
+            # stall with budget left while training examples still fail (issue 59)
+            # (an ask every attempt of which was refused counts as a try there)
+            late = {p: [*tried.get(p, []), *[""] * unanswered[p]] for p in patterns}
+            for tries, closed, asks in ((2, set(unanswered), tried), (LATE_TRIES, set(), late)):
+                focus = edits.choose_focus(evidence, cfg.perfect_score, asks, rng, max_tries=tries,
+                                           max_failures=max(cfg.minibatch_size, 4), max_contrast=self.gate_solved,
+                                           skip=[*skip, *closed], diagnosis=diagnosis)
+                if focus is not None:
+                    break
             if focus is None:
                 if not asked:
                     request.services.count(Outcome.NO_OPEN_MISTAKE)
@@ -498,14 +512,22 @@ class Edit(Knobs, Proposer):
                 focus = replace(focus, positives=edits.positives(
                     known, answer, {r.example_id for r in focus.failures}, cfg.perfect_score, rng,
                     diagnosis=diagnosis))
-            rule = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
-            if rule is None:
-                refused.add(focus.pattern)
-            else:
+            rule, why = await self._ask_rule(request, component, focus, tried.get(focus.pattern, []))
+            if why is None:
                 text = edits.apply_rule(text, rule, answer)
                 asked.append((focus, rule))
+            elif why is Outcome.UNCHANGED and rule:  # a try that did not help: shown as such when asked again
+                kept_rules[focus.pattern] = rule
+            else:
+                refused.add(focus.pattern)
+        if kept_rules:
+            def keep() -> None:
+                for p, r in kept_rules.items():
+                    tried.setdefault(p, []).append(r)
+
+            request.services.later(keep)
         if refused:
-            request.services.later(lambda: unanswered.update(refused))
+            request.services.later(lambda: unanswered.update(refused))  # (a Counter: one more refused ask each)
         if not asked:
             return None
         by_id = {e.id: e for e in request.trainset}
@@ -515,7 +537,7 @@ class Edit(Knobs, Proposer):
         def verdict(child: Candidate, accepted: bool) -> None:
             if accepted:  # rules that failed on the parent would fail on the child too: it inherits the memory
                 memory[(child.id, component)] = {p: list(r) for p, r in tried.items()}
-                skipped[(child.id, component)] = set(unanswered)
+                skipped[(child.id, component)] = Counter(unanswered)
             else:
                 for focus, rule in asked:
                     tried.setdefault(focus.pattern, []).append(rule)
@@ -545,7 +567,7 @@ class Edit(Knobs, Proposer):
                 continue
             shown = [edits.shown(r, component, 300, by_id.get(r.example_id)) for r in inputs]
             messages = edits.build_definition_prompt(current, answer, [ex.inputs for ex in shown])
-            asks.append((answer, self._vetted(request, messages, current, shown, answer=answer, others=answers)))
+            asks.append((answer, self._vetted(request, messages, current, shown, answer=answer)))
         rules = await asyncio.gather(*(ask for _, ask in asks))
         text, written = current, {}
         for (answer, _), rule in zip(asks, rules, strict=True):
@@ -559,21 +581,20 @@ class Edit(Knobs, Proposer):
                         "first draft of the rules")
 
     async def _vetted(self, request: ProposalRequest, messages: list[Message], current: str,
-                      shown: list[ReflectionExample], *, answer: str, others: Sequence[str]) -> str | None:
-        """A drafted rule for `answer`, vetted like an edit's rule. Its wording as a whole is checked against the
-        parent's rule lines only, since a loose line for every answer helps more than none (docs/design-notes.md);
-        each condition it joins with "or" also against the draft's `others` answers, so that one line does not
-        send two kinds of request to one answer."""
+                      shown: list[ReflectionExample], *, answer: str) -> str | None:
+        """A drafted rule for `answer`, vetted like an edit's rule."""
         request.services.emit(ev.PhaseStarted("reflection"))
-        return await self._ask(request, messages,
-                               lambda out: edits.vet_rule(out.text, out.finish_reason, current, shown, answer=answer,
-                                                          split_against=others),
-                               lambda why: edits.retry_hint(why, "", answer=answer))
+        rule, why = await self._ask(request, messages,
+                                    lambda out: edits.vet_rule(out.text, out.finish_reason, current, shown,
+                                                               answer=answer),
+                                    lambda why: edits.retry_hint(why, "", answer=answer))
+        return rule if why is None else None
 
     async def _ask_rule(self, request: ProposalRequest, component: str, focus: edits.Focus, tried_rules: list[str]
-                        ) -> str | None:
-        """Ask the reflection LM for one rule for `focus`. A rule whose child was already tried is refused here too,
-        so a repeated answer costs a retry, not the proposal."""
+                        ) -> tuple[str, Outcome | None]:
+        """Ask the reflection LM for one rule for `focus`: (rule, None), or the last answer's rule and why it was
+        refused. A rule whose child was already tried is refused here too, so a repeated answer costs a retry, not
+        the proposal."""
         cfg, parent = request.config, request.parent
         current, kept = parts(cfg, parent[component])
         request.services.emit(ev.PhaseStarted("reflection"))
@@ -581,7 +602,7 @@ class Edit(Knobs, Proposer):
         limit = cfg.max_component_chars
         if limit and len(current) + 20 > limit:  # no room left for a rule: not worth a reflection call
             request.services.count(Outcome.OVER_LENGTH)
-            return None
+            return "", Outcome.OVER_LENGTH
         messages = edits.build_edit_prompt(current, focus, component, tried_rules, by_id, limit=limit)
         shown = [edits.shown(r, component, example=by_id.get(r.example_id)) for r in focus.failures + focus.contrast]
 
@@ -594,10 +615,11 @@ class Edit(Knobs, Proposer):
 
     async def _ask(self, request: ProposalRequest, messages: list[Message],
                    vet: Callable[[Completion], tuple[str, Outcome | None]], hint: Callable[[Outcome], str]
-                   ) -> str | None:
+                   ) -> tuple[str, Outcome | None]:
         """Ask the reflection LM for a rule; `vet` each answer (rule, why refused) and ask again, told `hint(why)`,
-        a bounded number of times."""
+        a bounded number of times: (rule, None), or the last answer's rule and why it was refused."""
         cfg = request.config
+        last: tuple[str, Outcome | None] = ("", Outcome.REFLECTION_ERROR)
         for attempt in range(cfg.reflection_attempts):
             params = reflection_params(request, attempt, RULE_TEMPERATURES, max_tokens=self.rule_max_tokens,
                                        stop=edits.RULE_CLOSE)
@@ -606,14 +628,15 @@ class Edit(Knobs, Proposer):
                 continue
             rule, rejected = vet(out)
             request.services.emit(ev.ReflectionAnswered(attempt, rejected, rule, out.text))
+            last = (rule, rejected)
             if rejected is None:
-                return rule
+                return last
             request.services.count(rejected)
             if rejected is Outcome.UNCHANGED:  # it rewrote the rule the instruction has: asked again, it mostly does
-                return None
+                return last
             messages = [*messages, {"role": "assistant", "content": out.text[:600] or "(empty)"},
                         {"role": "user", "content": hint(rejected)}]
-        return None
+        return last
 
 
 @builtin("proposer", "auto")

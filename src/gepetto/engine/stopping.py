@@ -21,14 +21,15 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from gepetto.config import ConfigError, EngineConfig
+from gepetto.engine.proposers import LATE_TRIES
 from gepetto.engine.state import RunState
-from gepetto.events import Stop, StopReason
+from gepetto.events import Outcome, Stop, StopReason
 
 StopFn = Callable[..., None]  # stop(reason, message=None): end the run now
 
@@ -47,6 +48,7 @@ class RunStatus:
     seconds: float  # since this session started
     cost_usd: float  # what the LM calls cost, by the ledger's prices (0 without prices), all sessions
     state: RunState  # everything else: read only
+    idle_outcomes: Mapping[str, int] = field(default_factory=dict)  # what the idle iterations' proposals said
 
     @property
     def remaining(self) -> int:
@@ -135,15 +137,31 @@ class NoImprovement:
             if status.since_improvement >= self.patience else None
 
 
+# why an idle proposal found nothing, in the words a user can act on
+_NOTHING_LEFT = {
+    Outcome.NO_OPEN_MISTAKE.value: "every mistake the best makes on the training examples it ran has had its rules "
+                                   f"tried (up to {LATE_TRIES} times each): more training examples would give it "
+                                   "more to learn from, more budget would not",
+    Outcome.PARENT_PERFECT.value: "the parents solve their training minibatches",
+}
+
+
 @dataclass(frozen=True)
 class Stalled:
+    """Stops after `max_idle` iterations in a row that paid for no rollout, saying why nothing was left to try
+    (the outcomes of those iterations' proposals) and how much of the budget is left."""
+
     max_idle: int
 
     def __call__(self, status: RunStatus) -> Stop | None:
-        if status.idle_iterations >= self.max_idle:
-            return Stop(StopReason.STALLED, f"stalled: {status.idle_iterations} iterations in a row found nothing "
-                        "worth a rollout")
-        return None
+        if status.idle_iterations < self.max_idle:
+            return None
+        said = sorted(status.idle_outcomes.items(), key=lambda kv: (-kv[1], kv[0]))
+        why = "; ".join(f"{k} {v}" for k, v in said)
+        top = _NOTHING_LEFT.get(said[0][0]) if said else None
+        return Stop(StopReason.STALLED, f"stalled: {status.idle_iterations} iterations in a row found nothing "
+                    f"worth a rollout" + (f" ({why})" if why else "") + (f": {top}" if top else "")
+                    + f"; {status.remaining} of {status.budget} rollouts left unspent")
 
 
 @dataclass(frozen=True)
