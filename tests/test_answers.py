@@ -115,3 +115,64 @@ def test_reflection_sees_the_gold_when_a_bare_float_metric_says_nothing_of_it():
     assert with_gold(told.score.feedback, told, ex) == told.score.feedback  # already says it: nothing added
     right = Rollout("q1", Score.coerce(1.0), "42")
     assert with_gold(right.score.feedback, right, ex) == right.score.feedback
+
+
+def test_the_final_answer_of_a_longer_output_is_the_one_it_names_last():
+    yes_no = answers.AnswerSet(("no", "yes"), "golds")
+    assert yes_no.final("No") == "no" and yes_no.final("Answer: Yes.") == "yes"
+    assert yes_no.final("No, wait: the red box holds it, so yes.\nAnswer: no") == "no"
+    assert yes_no.final("I cannot tell.") == ""
+
+
+def test_outputs_that_are_nearly_one_answer_while_the_golds_are_not_are_a_constant_answer():
+    yes_no = answers.AnswerSet(("no", "yes"), "golds")
+    golds = ["yes"] * 7 + ["no"] * 13
+    found = answers.constant_answer(yes_no, ["Thinking... Answer: No"] * 19 + ["Answer: yes"], golds)
+    assert found is not None and (found.answer, found.given, found.of) == ("no", 19, 20)
+    assert found.score == 0.65 and found.scores[:7] == (0.0,) * 7
+    assert answers.constant_answer(yes_no, ["no"] * 15 + ["yes"] * 5, golds) is None  # 75%: not nearly constant
+    assert answers.constant_answer(yes_no, ["no"] * 20, ["no"] * 20) is None  # the golds are just as constant
+    assert answers.constant_answer(answers.AnswerSet(("no", "yes"), "outputs"), ["no"] * 20, golds) is None
+
+
+def test_a_candidate_that_answers_one_constant_answer_is_no_gain_unless_it_beats_that_answer():
+    """A logic-puzzle task: the seed's "Think briefly" makes the task LM reason without ever ending on an answer (it
+    scores 0.1); the seed without it (a trim) answers "no" to everything, which scores what always answering "no"
+    scores (0.6): a format repair that lands on the majority answer. It is kept in the pool, never returned as the
+    best, and the result says why."""
+    import asyncio
+
+    from gepetto.api import build_engine
+    from gepetto.program import single_instruction
+    from gepetto.testing import ScriptedLM
+    from gepetto.types import Candidate, Example, Score
+
+    def examples(split, n):
+        return [Example({"question": f"{split} puzzle {i}"}, gold="yes" if i % 5 < 2 else "no", id=f"{split}-{i}")
+                for i in range(n)]
+
+    train, val = examples("train", 20), examples("val", 20)
+
+    def task(messages, params):
+        system, user = messages[0]["content"], messages[-1]["content"]
+        if "Think briefly" in system:  # reasons on and on; one in ten ends well
+            i = int(user.rsplit(" ", 1)[1])
+            return "Let me think. The boxes..." + ("\nAnswer: " + ("yes" if i % 5 < 2 else "no") if i % 10 == 0 else "")
+        return "Answer: No"
+
+    def metric(example, output, trace):
+        said = str(output).rsplit("Answer:", 1)[1].strip().lower() if "Answer:" in str(output) else ""
+        ok = said == example.gold
+        return Score(float(ok), "Correct." if ok else f"Incorrect: the answer is {example.gold}.")
+
+    seed = Candidate(instruction="Answer the question. Think briefly, then end with a final line 'Answer: <answer>'.")
+    engine = build_engine(seed, train, metric, valset=val, program=single_instruction(), task_lm=ScriptedLM(task),
+                          reflection_lm=ScriptedLM(lambda m, p: "<new_instruction>Answer the question.</new_instruction>"),
+                          budget=120, merge="off", fewshot="off")
+    res = asyncio.run(engine.run())
+    trimmed = [c for c in res.candidates if c.origin == "trim"]
+    assert trimmed and trimmed[0].mean == 0.6 > res.seed_score == 0.1
+    assert trimmed[0].constant is not None and trimmed[0].constant.answer == "no" and not trimmed[0].evident
+    assert res.best_index == 0 and res.best_candidate == seed  # not counted as a gain
+    assert (f"candidate {trimmed[0].index} (validation 0.600) answers 'no' on 20 of 20 validation examples; always "
+            "answering it scores 0.600 there: not counted as a gain") in res.summary()

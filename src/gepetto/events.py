@@ -17,7 +17,7 @@ Text in events that came from an LM or the user is redacted (gepetto.secrets) be
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
@@ -355,7 +355,12 @@ class Result:
             f"stopped: {self.stop_message}"
             + (f"; {len(self.raced_out)} validations raced out" if self.raced_out else "")
             + (f"; {self.metric_checks} metric calls on golds (demonstrations)" if self.metric_checks else "")
+            + "".join(f"; {note}" for note in self.constant_notes())
         )
+
+    def constant_notes(self) -> list[str]:
+        """What the run says of candidates whose outputs are nearly one constant answer (`constant_notes`)."""
+        return constant_notes([c.to_dict() for c in self.candidates], self.best_index)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -368,6 +373,26 @@ class Result:
             "partial_candidates": [c.to_dict() for c in self.partial_candidates],
             "raced_out": [c.to_dict() for c in self.raced_out], "metric_checks": self.metric_checks,
         }
+
+
+def constant_notes(candidates: Sequence[Mapping[str, Any]], best: int | None) -> list[str]:
+    """Of stored candidates (`CandidateRecord.to_dict()`, some with a "constant" entry: their outputs are nearly one
+    answer, answers.ConstantAnswer) and the best's index: the best when it is such a candidate, and those held back
+    from the best, though their validation mean is higher, for not beating always giving that answer."""
+    rows = {c.get("index"): c for c in candidates}
+    top = rows[best].get("mean") or 0.0 if best in rows else 0.0
+    notes = []
+    for c in candidates:
+        k, found = c.get("index"), c.get("constant")
+        if not isinstance(found, Mapping) or k == 0:
+            continue
+        said = (f"answers {found.get('answer')!r} on {found.get('given')} of {found.get('of')} validation examples; "
+                f"always answering it scores {float(found.get('score') or 0.0):.3f} there")
+        if k == best:
+            notes.append(f"the best {said}")
+        elif (c.get("mean") or 0.0) > top:
+            notes.append(f"candidate {k} (validation {float(c.get('mean') or 0.0):.3f}) {said}: not counted as a gain")
+    return notes
 
 
 @dataclass(frozen=True)

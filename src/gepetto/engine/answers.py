@@ -66,6 +66,19 @@ class AnswerSet:
         """The answer `text` is (compared by `normal`), "" if none: an answer alone, not a sentence naming one."""
         return self._by_key.get(normal(text), "")
 
+    def final(self, text: Any) -> str:
+        """The answer an output gives: the one it is (or, being short, names), else the one a longer text names last
+        ("... so it cannot be. Answer: no" gives "no"); "" when it names none."""
+        found = self.match(text)
+        if found or text is None:
+            return found
+        last, at = "", -1
+        for answer in self.answers:
+            for m in re.finditer(_named(answer), str(text), re.I):
+                if m.start() > at:
+                    last, at = answer, m.start()
+        return last
+
     def named_in(self, text: str) -> list[str]:
         """The answers `text` names as whole words, in the order of the set."""
         return [a for a in self.answers if names(text, a)]
@@ -82,10 +95,54 @@ class AnswerSet:
         return {"answers": list(self.answers), "source": self.source}
 
 
+def _named(answer: str) -> str:
+    words = [re.escape(w) for w in re.split(r"[_\s\-]+", answer) if w]
+    return r"(?<![\w])" + r"[_\s\-]+".join(words) + r"(?![\w])" if words else r"(?!)"
+
+
 def names(text: str, answer: str) -> bool:
     """Whether `text` names `answer` as a whole word (case-insensitive; "_", "-" and spaces alike)."""
-    words = [re.escape(w) for w in re.split(r"[_\s\-]+", answer) if w]
-    return bool(words) and bool(re.search(r"(?<![\w])" + r"[_\s\-]+".join(words) + r"(?![\w])", text, re.I))
+    return bool(re.search(_named(answer), text, re.I))
+
+
+CONSTANT_SHARE = 0.8  # outputs this often one answer are (nearly) a constant answer
+
+
+@dataclass(frozen=True)
+class ConstantAnswer:
+    """A candidate whose outputs are nearly all one answer while the golds are not: `answer`, given on `given` of
+    `of` validation examples, and `scores`, what always giving it would score on each (1 where it is the gold).
+    Such a candidate may repair a format and land on the majority answer: that is no gain unless it beats the
+    constant answer itself."""
+
+    answer: str
+    given: int
+    of: int
+    scores: tuple[float, ...]
+
+    @property
+    def score(self) -> float:
+        return sum(self.scores) / len(self.scores) if self.scores else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"answer": self.answer, "given": self.given, "of": self.of, "score": self.score}
+
+
+def constant_answer(answers: AnswerSet | None, outputs: Sequence[Any], golds: Sequence[Any], perfect: float = 1.0
+                    ) -> ConstantAnswer | None:
+    """The constant answer `outputs` (a candidate's, on the validation examples whose `golds` are given in the
+    same order) nearly always give, when they do (CONSTANT_SHARE of them) and the golds are that answer less often;
+    None otherwise, or without an answer set from golds."""
+    if answers is None or answers.source != "golds" or not outputs or len(outputs) != len(golds):
+        return None
+    given = Counter(a for a in (answers.final(o) for o in outputs) if a)
+    if not given:
+        return None
+    answer, count = given.most_common(1)[0]
+    right = tuple(perfect if answers.match(g) == answer else 0.0 for g in golds)
+    if count < CONSTANT_SHARE * len(outputs) or sum(right) / perfect >= count:
+        return None
+    return ConstantAnswer(answer, count, len(outputs), right)
 
 
 def _closed(texts: Sequence[str], source: str, *, min_share: float) -> AnswerSet | None:

@@ -776,11 +776,20 @@ class Engine:
                 scores: dict[str, float], iteration: int) -> None:
         st = self.state
         record = CandidateRecord(len(st.records), candidate, parents, origin, iteration, component, scores,
-                                 st.rollouts_used)
+                                 st.rollouts_used, constant=self._constant(candidate))
         st.add_record(record)
         self._tried.add(candidate.id)
         self._validating.pop(candidate.id, None)
         self._emit(ev.CandidateAdded(record, st.best().mean, tuple(st.archive.front)))
+
+    def _constant(self, candidate: Candidate) -> answers.ConstantAnswer | None:
+        """The constant answer the candidate's validation outputs nearly always give (answers.constant_answer)."""
+        st = self.state
+        runs = [st.known(candidate, e.id) for e in self.valset]
+        if st.answers is None or any(r is None for r in runs):
+            return None
+        return answers.constant_answer(st.answers, [r.output for r in runs if r is not None],
+                                       [e.gold for e in self.valset], self.config.perfect_score)
 
     def _afford(self, cost: int, what: str) -> None:
         if cost > self.state.remaining:

@@ -165,8 +165,9 @@ class ParetoArchive:
         bigger[:used] = buf[:used]
         return bigger
 
-    def add(self, row: Sequence[float], parents: Sequence[int] = ()) -> int:
-        """Add a fully evaluated candidate's score vector (and its parents' indices); returns its index."""
+    def add(self, row: Sequence[float], parents: Sequence[int] = (), also_beat: Sequence[float] | None = None) -> int:
+        """Add a fully evaluated candidate's score vector (and its parents' indices); returns its index. With
+        `also_beat` (a baseline's scores on the same examples), it becomes the best only if it beats that too."""
         vec = np.asarray(row, dtype=float)
         if vec.shape != (self.n_examples,):
             raise ValueError(f"expected {self.n_examples} scores, got shape {vec.shape}")
@@ -194,7 +195,9 @@ class ParetoArchive:
         self._front.append(idx)
         base, best = self._scores[0], self._scores[self._best]
         heir = self._best in parents and bool(vec.mean() > best.mean())
-        self.evident.append(idx == 0 or (beats(vec, base) and (self._best == 0 or heir or beats(vec, best))))
+        baseline = None if also_beat is None else np.asarray(also_beat, dtype=float)
+        self.evident.append(idx == 0 or (beats(vec, base) and (self._best == 0 or heir or beats(vec, best))
+                                         and (baseline is None or beats(vec, baseline))))
         if self.evident[-1]:
             self._best = idx
         np.maximum(self._col_best, vec, out=self._col_best)  # beaten rows were <= vec: the best stays right

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from gepetto.engine.answers import AnswerSet
+from gepetto.engine.answers import AnswerSet, ConstantAnswer
 from gepetto.engine.pareto import ParetoArchive
 from gepetto.ledger import Ledger
 from gepetto.program import Rollout
@@ -55,6 +55,9 @@ class CandidateRecord:
     val_scores: dict[str, float]
     rollouts_at_creation: int
     evident: bool = True  # it became the best when it joined (ParetoArchive: see there what that takes)
+    # its outputs are nearly all one answer while the golds are not (answers.constant_answer): then it becomes the
+    # best only if it also beats always giving that answer
+    constant: ConstantAnswer | None = None
 
 
     @property
@@ -67,6 +70,7 @@ class CandidateRecord:
             "parents": list(self.parents), "origin": self.origin, "iteration": self.iteration,
             "component": self.component, "val_scores": self.val_scores, "mean": self.mean,
             "rollouts_at_creation": self.rollouts_at_creation, "evident": self.evident,
+            **({"constant": self.constant.to_dict()} if self.constant is not None else {}),
         }
 
 
@@ -147,7 +151,8 @@ class RunState:
 
     def add_record(self, record: CandidateRecord) -> None:
         row = [record.val_scores[i] for i in self.val_ids]
-        record.index = self.archive.add(row, record.parents)
+        record.index = self.archive.add(row, record.parents,
+                                        None if record.constant is None else record.constant.scores)
         record.evident = self.archive.evident[record.index]
         self.records.append(record)
         self.means.append(record.mean)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gepetto.engine.pareto import stored_best
-from gepetto.events import Outcome, StopReason
+from gepetto.events import Outcome, StopReason, constant_notes
 from gepetto.report.assets import CSS, JS
 from gepetto.secrets import redact_data, write_private_text
 
@@ -273,6 +273,9 @@ def _header(view: _View) -> str:
     code = f' <span class="muted small">({_e(reason.value)})</span>' if reason and reason.value != stop else ""
     stop_html = (f'<div class="stat"><div class="k">stopped because</div><div class="v smallv">{_e(stop)}{code}</div>'
                  f'</div>' if stop else "")
+    notes = constant_notes(res.get("candidates") or [], view.best_index)
+    stop_html += (f'<div class="stat"><div class="k">not counted as gains</div><div class="v smallv">'
+                  f'{"<br>".join(_e(n) for n in notes)}</div></div>' if notes else "")
     route = view.route
     route_html = (f'<div class="stat"><div class="k">route</div><div class="v smallv">{_e(route)}</div></div>'
                   if route else "")
