@@ -166,9 +166,9 @@ def test_a_candidate_that_answers_one_constant_answer_is_no_gain_unless_it_beats
         return Score(float(ok), "Correct." if ok else f"Incorrect: the answer is {example.gold}.")
 
     seed = Candidate(instruction="Answer the question. Think briefly, then end with a final line 'Answer: <answer>'.")
+    rewriter = ScriptedLM(lambda m, p: "<new_instruction>Answer the question.</new_instruction>")
     engine = build_engine(seed, train, metric, valset=val, program=single_instruction(), task_lm=ScriptedLM(task),
-                          reflection_lm=ScriptedLM(lambda m, p: "<new_instruction>Answer the question.</new_instruction>"),
-                          budget=120, merge="off", fewshot="off")
+                          reflection_lm=rewriter, budget=120, merge="off", fewshot="off")
     res = asyncio.run(engine.run())
     trimmed = [c for c in res.candidates if c.origin == "trim"]
     assert trimmed and trimmed[0].mean == 0.6 > res.seed_score == 0.1
