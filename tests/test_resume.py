@@ -266,3 +266,26 @@ def test_a_resume_that_leaves_its_stored_path_says_so(tmp_path):
     stored = store.events("r", "start")[-1]["data"]["stored_rollouts"]
     assert diverged["data"]["stored_rollouts"] == stored == again.rollouts_used
     assert 0 < diverged["data"]["left_behind"] < stored and diverged["data"]["paid"] > 0
+
+
+def test_a_run_whose_inputs_hold_a_set_resumes_under_another_hash_seed(tmp_path):
+    """Repro f6 (round 2): the stored inputs kept a set in the first process's hash order, so a process with another
+    PYTHONHASHSEED found "other examples" and refused to resume; they are stored sorted now."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "set_inputs.py"
+    script.write_text(
+        "import sys\nimport gepetto\nfrom gepetto.testing.sim import metric\n"
+        "ex = lambda i: gepetto.Example({'q': f'question {i} kind {i % 3}', "
+        "'tags': {'alpha', 'beta', 'gamma', f't{i}'}}, gold=f'answer-{i}')\n"
+        "res = gepetto.optimize('Answer the question.', [ex(i) for i in range(6)], metric, valset=[ex(i) for i in "
+        "range(6, 12)], task_lm='sim:task', reflection_lm='sim:reflection', budget=int(sys.argv[2]), "
+        "storage=sys.argv[1], run='r', progress=False)\nprint('OK', res.rollouts_used)\n")
+    store = str(tmp_path / "f6.sqlite")
+    for hash_seed, budget in (("1", "30"), ("2", "45"), ("3", "60")):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run([sys.executable, str(script), store, budget], capture_output=True, text=True, env=env,
+                             timeout=120)
+        assert out.stdout.startswith("OK"), out.stdout + out.stderr

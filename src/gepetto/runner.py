@@ -63,7 +63,7 @@ from gepetto.store.sqlite import (
     run_in_use,
 )
 from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
-from gepetto.types import Candidate, Example
+from gepetto.types import Candidate, Example, portable
 
 DEFAULT_STORAGE = "gepetto.sqlite"
 
@@ -120,8 +120,8 @@ def _cached(lm: Any, storage: str | Path, mode: CacheMode) -> Any:
 
 
 def _as_stored(obj: Any) -> Any:
-    """`obj` the way the run store gives it back (JSON, redacted): what a resume compares against."""
-    return json.loads(dumps(obj))
+    """`obj` the way the run store gives it back (JSON, redacted, sets sorted): what a resume compares against."""
+    return json.loads(dumps(portable(obj)))
 
 
 def _stored_config(name: str, storage: str | Path, config: Mapping[str, Any]) -> RunConfig:

@@ -85,6 +85,15 @@ def canonical(value: Any, where: str = "inputs") -> Any:
     return valid_text(str(value))
 
 
+def portable(value: Any) -> Any:
+    """`canonical(value)` (sets sorted: the same text in every process), or `value` as it is when it has no canonical
+    form (an example given an id of its own may hold anything): how a run store keeps an example's inputs and gold."""
+    try:
+        return canonical(value)
+    except NoCanonicalForm:
+        return value
+
+
 class Candidate(Mapping[str, str]):
     """An immutable mapping component name -> text; two candidates with the same texts are equal."""
 

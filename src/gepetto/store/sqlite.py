@@ -42,7 +42,7 @@ from gepetto.store.db import (
     shown,
     sqlite_path,
 )
-from gepetto.types import Candidate, Example, Score
+from gepetto.types import Candidate, Example, Score, portable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -528,7 +528,8 @@ class RunStore:
             return
         with self._tx() as db:
             db.executemany(self._insert("examples", ("run", "id", "split", "inputs", "gold"), "replace"),
-                           [(run, e.id, split, dumps(dict(e.inputs)), dumps(e.gold)) for e in examples])
+                           [(run, e.id, split, dumps(portable(dict(e.inputs))), dumps(portable(e.gold)))
+                            for e in examples])
 
     def examples(self, run: str, split: str) -> dict[str, dict[str, Any]]:
         rows = self._db.execute(f"SELECT id, inputs, gold FROM examples WHERE run=? AND split=? ORDER BY {self._order}",
