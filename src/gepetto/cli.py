@@ -639,10 +639,12 @@ def _rollout_rows(storage: str, run: str) -> Iterator[dict[str, Any]]:
 
 
 def _as_cell(value: Any) -> Any:
-    """A CSV cell: text and numbers as they are, anything else (an output dict) as JSON."""
-    if value is None or isinstance(value, (str, int, float)):
+    """A CSV cell: numbers as they are, text as it is but for a leading ' before text a spreadsheet would read as
+    a formula (=, +, -, @, tab, CR: an LM output or a feedback may be one), anything else (an output dict) as JSON."""
+    if value is None or isinstance(value, (int, float)):
         return "" if value is None else value
-    return json.dumps(value, ensure_ascii=False, default=str)
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 @app.command(cls=_Command)
