@@ -264,3 +264,25 @@ def test_a_run_stored_before_defaults_were_kept_is_refused_on_resume(tmp_path):
                    (json.dumps({k: v for k, v in json.loads(data).items() if k != "defaults"}), seq))
     with pytest.raises(ConfigError, match=r"run 'r' was stored by an earlier gepetto \(run format 1"):
         session(180)
+
+
+def test_hostile_config_files_are_one_line_config_errors_in_no_time(cli, tmp_path):
+    """Repro a13 (round 2): a YAML alias bomb hung `gepetto optimize -c`, a 50 MB file took minutes to parse, a
+    20-digit seed exited 1 with a raw OverflowError."""
+    import time
+
+    bomb = "".join(f"{k}: &{k} [{', '.join([f'*{p}'] * 9 if p else ['lol'] * 9)}]\n"
+                   for p, k in zip(["", *"abcdefgh"], "abcdefghi", strict=True))
+    files = {
+        "bomb.yaml": ("task: sim\n" + bomb, "an alias (*a); config files take no anchors or aliases"),
+        "huge.yaml": ("task: sim\nx: '" + "a" * 1_100_000 + "'\n", "a config file of options is at most 1,000,000"),
+        "deep.yaml": ("task: sim\nx: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deep"),
+        "seed.yaml": ("task: sim\nbudget: 30\nseed: 99999999999999999999999999999\n", "seed"),
+    }
+    for name, (text, said) in files.items():
+        (tmp_path / name).write_text(text)
+        t0 = time.monotonic()
+        res = cli("optimize", "-c", str(tmp_path / name), "--task-lm", "sim:task", "--reflection-lm",
+                  "sim:reflection", "--storage", str(tmp_path / "c.sqlite"), "--run", name, "-q")
+        assert res.exit_code == 2 and said in res.output, (name, res.output)
+        assert "Traceback" not in res.output and time.monotonic() - t0 < 20, name

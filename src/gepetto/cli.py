@@ -38,7 +38,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from gepetto import __version__
-from gepetto.config import ConfigError, RunConfig, load_config, read_config_file, stored_options
+from gepetto.config import ConfigError, RunConfig, load_config, read_config_file, stored_options, yaml_value
 from gepetto.engine.pareto import stored_best
 from gepetto.lm.base import LMError
 from gepetto.program import MetricError
@@ -202,7 +202,7 @@ def _task_options(items: list[str] | None) -> dict[str, Any] | None:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise _fail(f"--task-option takes KEY=VALUE, got {item!r}", 2)
-        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""  # numbers and booleans as such
+        out[key.strip()] = yaml_value(value) if value.strip() else ""  # numbers and booleans as such
     return out
 
 
@@ -303,7 +303,7 @@ def _run_config(config: Path | None, task_option: list[str] | None, preset: str 
     for name, value in options.items():
         if value is not None and _scalar(RunConfig.model_fields[name].annotation) is None:
             try:
-                value = yaml.safe_load(value)
+                value = yaml_value(value)
             except yaml.YAMLError as exc:
                 raise _fail(f"--{name.replace('_', '-')}: not a YAML value ({exc})", 2) from None
         given[name] = value

@@ -110,7 +110,8 @@ class EngineConfig(_Options):
     strategy's own parameters are part of its spec (`edit(rules=3)`, gepetto.specs)."""
 
     budget: int = _field(200, "Rollout budget (one program run on one example).", RUN, ge=1)
-    seed: int = _field(0, "Random seed (sampling; built-in tasks: their splits too).", RUN)
+    seed: int = _field(0, "Random seed (sampling; built-in tasks: their splits too).", RUN, ge=-(2**63),
+                       le=2**63 - 1)
     max_concurrency: int = _field(8, "Rollouts run at once.", RUN, ge=1)
     task_lm_params: dict[str, Any] = _field(
         {"temperature": 0.0}, "Parameters of every task LM call (YAML mapping), e.g. '{temperature: 0.2}'.", RUN)
@@ -421,11 +422,33 @@ def format_validation_error(exc: ValidationError, model: type[BaseModel] = RunCo
     return f"invalid {what}:\n  " + "\n  ".join(lines)
 
 
+MAX_CONFIG_BYTES = 1_000_000  # a config file of options is a few hundred bytes; a larger one is no config
+
+
+def yaml_value(text: str) -> Any:
+    """YAML's safe subset without anchors and aliases (`*name`): an alias bomb (aliases of aliases, nine deep) is
+    a few lines that expand to billions of nodes; options need no aliases."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.YAMLError(f"line {mark.line + 1}: an alias (*{self.peek_event().anchor}); config files "
+                                     "take no anchors or aliases: write the value out")
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=Loader)
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The options in a YAML or TOML file, as a mapping (not validated yet)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {p} is {p.stat().st_size:,} bytes; a config file of options is at most "
+                          f"{MAX_CONFIG_BYTES:,}")
     text = p.read_text()
     try:
         if p.suffix in (".toml", ".tml"):
@@ -435,9 +458,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
                 import tomli as tomllib
             data = tomllib.loads(text)
         else:
-            import yaml
-
-            data = yaml.safe_load(text) or {}
+            data = yaml_value(text) or {}
+    except RecursionError:
+        raise ConfigError(f"config file {p} cannot be parsed: its values are nested too deep") from None
     except Exception as exc:
         raise ConfigError(f"config file {p} cannot be parsed: {exc}") from exc
     if not isinstance(data, dict):
