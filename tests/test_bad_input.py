@@ -223,6 +223,33 @@ def test_metric_returning_a_numpy_scalar_is_accepted() -> None:
     assert all(r.score.value == 0.5 and r.error is None for r in ev.rollouts)
 
 
+@pytest.mark.parametrize("bad", ["nan", "feedback", "sysexit"])
+def test_a_metric_that_fails_on_one_seed_example_costs_that_rollout_not_the_run(bad) -> None:
+    """Repro a15 (round 2): one NaN on one seed example stopped the whole run; a Score whose feedback is no text and
+    sys.exit() inside a metric gave raw errors. Each is a failed rollout naming it; the run goes on."""
+    task = sim.task(n_train=6, n_val=6)
+
+    def metric(e, o, t):
+        if e.id.endswith("-1"):
+            if bad == "nan":
+                return float("nan")
+            if bad == "feedback":
+                return Score(0.5, feedback=["not", "text"])  # type: ignore[arg-type]
+            raise SystemExit(3)
+        return task.metric(e, o, t)
+
+    result = gepetto.optimize(task.seed_candidate, task.trainset, metric, valset=task.valset, program=task.program,
+                              task_lm=sim.SimTaskLM(), reflection_lm="sim:reflection", budget=40, progress=False)
+    assert result.rollouts_used > len(task.valset)  # it went on past the seed's validation
+    ev = evaluate(metric=metric)
+    failed = [r for r in ev.rollouts if r.error]
+    assert failed and all(r.example_id.endswith("-1") and r.stage == "metric" and r.score.value == 0.0
+                          for r in failed)
+    said = {"nan": "ScoreIsNaN: Score.value must be a number in [0, 1], got float: nan",
+            "feedback": "TypeError: Score.feedback must be a str, got list", "sysexit": "SystemExit: 3"}[bad]
+    assert failed[0].error.startswith(said), failed[0].error
+
+
 def test_score_out_of_range_is_refused_where_it_is_made() -> None:
     with pytest.raises(ValueError, match=r"in \[0, 1\]"):
         Score(1.5, "too good")

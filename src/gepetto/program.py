@@ -270,7 +270,7 @@ async def run_rollout(
         return await (judged() if timeout is None else asyncio.wait_for(judged(), timeout))
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # a failed rollout, not a failed run
+    except (Exception, SystemExit) as exc:  # a failed rollout, not a failed run (sys.exit() in a metric too)
         unavailable = cause_of(exc, LMUnavailable)
         if unavailable is not None:
             raise unavailable from None

@@ -187,7 +187,11 @@ def _shown(value: Any) -> str:
 
 
 class ScoreRangeError(ValueError):
-    """A score outside [0, 1] (or NaN): the metric is misconfigured, whatever the candidate."""
+    """A score outside [0, 1]: the metric is misconfigured (a scale of 0-10, say), whatever the candidate."""
+
+
+class ScoreIsNaN(ScoreRangeError):
+    """A NaN score: a metric that fails on one example (a division by zero there), a failed rollout."""
 
 
 @dataclass(frozen=True)
@@ -209,8 +213,13 @@ class Score:
         v = as_real(self.value)
         if v is None:
             raise TypeError(f"Score.value must be a number in [0, 1], got {_shown(self.value)}")
-        if math.isnan(v) or not 0.0 <= v <= 1.0:
+        if math.isnan(v):
+            raise ScoreIsNaN(f"Score.value must be a number in [0, 1], got {_shown(self.value)}")
+        if not 0.0 <= v <= 1.0:
             raise ScoreRangeError(f"Score.value must be in [0, 1], got {_shown(self.value)}")
+        for name in ("feedback", "pattern"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"Score.{name} must be a str, got {_shown(getattr(self, name))}")
         object.__setattr__(self, "value", v)
         if self.objectives:  # numpy scalars become floats (they are stored as JSON)
             objectives = {k: x if (x := as_real(o)) is not None else o for k, o in self.objectives.items()}
