@@ -158,6 +158,10 @@ def test_a_stored_run_with_options_this_gepetto_does_not_know_is_refused_by_name
     assert again.exit_code == 2 and "engine: unknown option" in again.output
     assert RunStore("s.sqlite").count_rollouts("r") == paid
     assert "engine" in RunStore("s.sqlite").get_run("r").config  # not rewritten
+    # repro f9 (round 2): evaluate said a bare "invalid configuration"; it says where the configuration came from
+    scored = cli("evaluate", "r", "--storage", "s.sqlite")
+    assert scored.exit_code == 2 and "its stored configuration does not load in this gepetto (it was written by " \
+        "another version" in scored.output and "Use the gepetto version that wrote it" in scored.output
 
 
 FORMAT_1 = {  # what a run of the sim task stored by gepetto before strategies had specs (2026-11-27) kept

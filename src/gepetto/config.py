@@ -368,6 +368,19 @@ _FORMAT_1 = {"epsilon", "accept_tolerance", "racing", "racing_chunk", "racing_co
              "reflection_chars"}
 
 
+def stored_config(name: str, where: Any, config: Mapping[str, Any], *, resume: bool = True) -> RunConfig:
+    """The configuration stored with run `name` (in the store at `where`); one this gepetto cannot load is a
+    ConfigError saying that it came from the store, written by another version."""
+    try:
+        return RunConfig(**(config if resume else stored_options(config)))
+    except ConfigError as exc:
+        then = ("Resume it with the gepetto version that started it, or start a new run" if resume else
+                "Use the gepetto version that wrote it")
+        raise ConfigError(f"run {name!r} in {where}: its stored configuration does not load in this gepetto "
+                          f"(it was written by another version, a newer one if an option is unknown here): {exc}\n"
+                          f"{then}") from None
+
+
 def stored_options(config: Mapping[str, Any]) -> dict[str, Any]:
     """A stored run's options in this gepetto's names: those of a run stored in format 1 (before strategies were
     named with their parameters) written as specs, for reading it (`gepetto evaluate`, `check`); such a run is not

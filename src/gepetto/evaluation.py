@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gepetto.config import PYTHON, ConfigError, RunConfig, stored_options
+from gepetto.config import PYTHON, ConfigError, RunConfig, stored_config
 from gepetto.engine.pareto import stored_best
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, MeteredLM, RedactingLM, aclose_lm
@@ -194,7 +194,7 @@ def evaluate_stored_run(
         if info is None:
             known = ", ".join(r.name for r in store.list_runs()) or "none"
             raise ConfigError(f"no run named {run!r} in {path} (runs: {known})")
-        cfg = RunConfig(**stored_options(info.config))
+        cfg = stored_config(run, path, info.config, resume=False)
         stored = store.candidates(run)
         if not stored:
             raise ConfigError(f"run {run!r} has no validated candidate yet")

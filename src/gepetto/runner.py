@@ -43,6 +43,7 @@ from gepetto.config import (
     RunConfig,
     implicit_defaults,
     load_config,
+    stored_config,
 )
 from gepetto.engine.loop import Engine
 from gepetto.engine.strategies import label
@@ -122,16 +123,6 @@ def _cached(lm: Any, storage: str | Path, mode: CacheMode) -> Any:
 def _as_stored(obj: Any) -> Any:
     """`obj` the way the run store gives it back (JSON, redacted, sets sorted): what a resume compares against."""
     return json.loads(dumps(portable(obj)))
-
-
-def _stored_config(name: str, storage: str | Path, config: Mapping[str, Any]) -> RunConfig:
-    """A stored run's configuration; one this gepetto cannot load says that it came from the store."""
-    try:
-        return RunConfig(**config)
-    except ConfigError as exc:
-        raise ConfigError(f"run {name!r} in {storage}: its stored configuration does not load in this gepetto "
-                          f"(it was written by another version, a newer one if an option is unknown here): {exc}\n"
-                          "Resume it with the gepetto version that started it, or start a new run") from None
 
 
 def _resumed_config(name: str, stored: RunConfig, cfg: RunConfig, explicit: set[str], hint: str) -> RunConfig:
@@ -409,7 +400,7 @@ def open_run(
         if info.owned_elsewhere:  # (checked again when the run is claimed, in one transaction)
             raise run_in_use(name, info.pid, info.host if info.remote else None)
         _check_format(store, name)
-        cfg = _resumed_config(name, _stored_config(name, store.path, info.config), cfg, explicit or set(), hint)
+        cfg = _resumed_config(name, stored_config(name, store.path, info.config), cfg, explicit or set(), hint)
         _check_same_defaults(store, name, cfg)
         _check_budget(store, name, info, cfg)
     ledger = Ledger.from_dict(store.ledger(name))  # costs of earlier sessions of this run stay counted
