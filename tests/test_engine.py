@@ -746,3 +746,36 @@ def test_budget_accounting_stays_exact_through_lm_outages(budget, seed, per_roun
     u = result.ledger.roles["task"]
     assert u.calls - u.errors == result.rollouts_used  # an outage is paid nothing and scored nothing
     assert result.stop_reason is not StopReason.LM_UNAVAILABLE  # each call answers by its third try
+
+
+@pytest.mark.parametrize("fresh_kind", [1, 2])
+def test_a_leader_held_back_for_want_of_evidence_is_confirmed_on_fresh_training_examples(fresh_kind, tmp_path):
+    """A child one validation example above the seed is held back (the evidence rule); the training examples that
+    shaped neither it nor the seed (not in its minibatch or test) are evidence bought for it: where it wins there
+    too (`fresh_kind` 1: they are of the kind its rule solves) it becomes the best, else (2: they are not) it stays
+    held back. The choice survives in the store (`gepetto show` of an unfinished run reads it)."""
+    from gepetto.engine.pareto import stored_best
+
+    def ex(i, kind, split):
+        return Example({"q": f"question {i} kind {kind}"}, gold=f"answer-{i}", id=f"{split}-{i}")
+
+    val = [ex(i, 1 if i == 0 else 2, "val") for i in range(20)]  # one example its rule solves, of 20
+    train = [ex(100 + i, fresh_kind, "train") for i in range(12)]  # the minibatch's 3 shape it; 9 are fresh
+    rewrite = ScriptedLM(lambda m, p: "<new_instruction>Answer the question. Use rule-1.</new_instruction>")
+    task = sim.task()
+    events = []
+    res = gepetto.optimize("Answer the question.", train, task.metric, valset=val, program=task.program,
+                           task_lm=sim.SimTaskLM(), reflection_lm=rewrite, budget=120, proposer="rewrite(trim=0)",
+                           accept="non_decreasing", merge="off", fewshot="off", max_idle_iterations=2,
+                           callbacks=events.append,
+                           storage=str(tmp_path / "s.sqlite"), run="r", progress=False)
+    child = next(c for c in res.candidates if c.origin == "reflection")
+    assert child.mean == 0.05 > res.seed_score == 0.0
+    confirmed = [e for e in events if isinstance(e, gepetto.events.BestConfirmed)]
+    if fresh_kind == 1:
+        assert res.best_index == child.index and child.evident
+        assert confirmed and confirmed[0].index == child.index and confirmed[0].examples == 9
+    else:
+        assert res.best_index == 0 and not child.evident and not confirmed
+    cands = RunStore(str(tmp_path / "s.sqlite")).candidates("r")
+    assert stored_best(cands) == res.best_index  # the stored run's own rule, without its result

@@ -89,7 +89,7 @@ def test_each_event_kind_keeps_its_short_name():
     kinds = {cls.kind for cls in vars(ev).values()
              if isinstance(cls, type) and issubclass(cls, ev.Event) and cls is not ev.Event}
     assert kinds == {"plan", "phase", "rollout", "reflection", "reflection_error", "proposal", "merge", "candidate",
-                     "lm_unavailable", "iteration", "done", "cut", "route"}
+                     "lm_unavailable", "iteration", "done", "cut", "route", "confirmed"}
 
 
 def test_secrets_are_redacted_before_a_callback_sees_them(monkeypatch):

@@ -451,7 +451,11 @@ def yaml_value(text: str) -> Any:
                                      "take no anchors or aliases: write the value out")
             return super().compose_node(parent, index)
 
-    return yaml.load(text, Loader=Loader)
+    loader = Loader(text)  # (a SafeLoader: plain data only, never a Python object)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

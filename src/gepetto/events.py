@@ -275,6 +275,17 @@ class CandidateAdded(Event):
 
 
 @dataclass(frozen=True)
+class BestConfirmed(Event):
+    """A leader held back from the best for want of evidence became the best once it, the seed and the best had run
+    on `examples` more training examples that shaped none of them (engine/loop.py `_confirm`)."""
+
+    kind: ClassVar[str] = "confirmed"
+    index: int  # the candidate, now the best
+    examples: int
+    rollouts: int  # rollouts used by then
+
+
+@dataclass(frozen=True)
 class ValidationCut(Event):
     """Racing (EngineConfig.racing) stopped a child's validation early: whatever it scores on the examples left,
     front member `dominated_by` (a candidate index) dominates it, so it can neither enter the Pareto front nor
@@ -420,7 +431,7 @@ def as_callbacks(callbacks: Callbacks) -> list[Callback]:
 
 
 __all__ = [
-    "Callback", "CandidateAdded", "Event", "IterationEnded", "LMFailed", "MergeTested", "Outcome", "PhaseStarted",
-    "PlanMade", "ProposalTested", "ReflectionAnswered", "ReflectionFailed", "Result", "RolloutFinished",
+    "BestConfirmed", "Callback", "CandidateAdded", "Event", "IterationEnded", "LMFailed", "MergeTested", "Outcome",
+    "PhaseStarted", "PlanMade", "ProposalTested", "ReflectionAnswered", "ReflectionFailed", "Result", "RolloutFinished",
     "RouteChosen", "RunEnded", "Stop", "StopReason", "ValidationCut", "as_callbacks",
 ]

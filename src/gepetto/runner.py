@@ -460,6 +460,8 @@ def open_run(
                 store.add_event(name, event.kind, {"session": session, "text": event.text})
             case ev.RouteChosen():
                 store.add_event(name, event.kind, {"session": session, "text": event.describe(), **event.to_dict()})
+            case ev.BestConfirmed(index=index, examples=examples):  # (store.candidates says which)
+                store.add_event(name, event.kind, {"session": session, "index": index, "examples": examples})
 
     # built (its inputs and LM endpoints checked) before the store is written: a refused start leaves no run behind
     given = strategies or {}

@@ -193,6 +193,10 @@ class Engine:
         self._settled_tried: frozenset[str] = frozenset()
         self._later: dict[int, list[Callable[[], None]]] = {}  # plan iteration -> what to tell at the round's end
         self._raced_out: list[CandidateRecord] = []  # children whose validation racing cut (Result.raced_out)
+        # the training examples that shaped each candidate's lineage (candidate id -> ids): shown to reflection or
+        # in a test that decided; the others are fresh evidence for it (`_confirm`)
+        self._shaped: dict[str, frozenset[str]] = {}
+        self._confirmed: set[int] = set()  # leaders whose evidence was sought
         self._inflight: dict[tuple[str, str], asyncio.Future] = {}
         self._idle = 0
         self._idle_outcomes: Counter[str] = Counter()  # what the proposals of the idle iterations in a row said
@@ -231,6 +235,8 @@ class Engine:
                 best_before = st.best().mean
                 merging = self.merge is not None and st.merges_due > 0 and st.merges_done < self.merge.max
                 await self._guarded(self._merge_step() if merging else self._reflective_round())
+                if self._stop is None:
+                    await self._guarded(self._confirm())
                 self._idle = 0 if st.rollouts_used > before else self._idle + 1
                 self._idle_outcomes = Counter() if not self._idle else self._idle_outcomes + (
                     Counter(st.proposals) - said)
@@ -504,6 +510,8 @@ class Engine:
         cost = sum(st.known(parent, e.id) is None for e in test) + len(test)
         if test is not plan.batch and cost > plan.test:
             raise ValueError(f"the proposer's test needs {cost} rollouts, more than the {plan.test} set aside")
+        shown = {e.id for e in plan.batch} if proposal.shown is None else set(proposal.shown)
+        self._shaped[child.id] = self._shaped.get(parent.id, frozenset()) | shown | {e.id for e in test}
         before = [r.score.value for r in (parent_runs if test is plan.batch else await self._evaluate(parent, test))]
         after = [r.score.value for r in await self._evaluate(child, test)]
         # an empty test (the proposer asked for none): straight to validation
@@ -582,6 +590,8 @@ class Engine:
             return False
         self._afford(len(self.valset), "next merge")
         st.merges_done += 1
+        self._shaped[child.id] = self._shaped.get(st.records[i].candidate.id, frozenset()) | self._shaped.get(
+            st.records[j].candidate.id, frozenset())
         si, sj = st.records[i].val_scores, st.records[j].val_scores
         # test on the validation examples where the two parents differ most (their scores are known)
         order = sorted(self.valset, key=lambda e: (-abs(si[e.id] - sj[e.id]), rng.random()))
@@ -597,6 +607,34 @@ class Engine:
             if scores is not None:
                 self._commit(child, (i, j), "merge", None, scores, st.iteration)
         return True
+
+    async def _confirm(self) -> None:
+        """Evidence bought for a leader held back from the best (a higher validation mean, short of evidence): it,
+        the seed and the best run on the training examples that shaped none of their lineages (never shown to
+        reflection nor in a test that decided), as many as the budget pays; with those scores beside the validation
+        scores it becomes the best if it beats them on evidence (ParetoArchive.confirm). Once per leader."""
+        st = self.state
+        leader, best = st.archive.leader(), st.archive.best()
+        rec = st.records[leader]
+        if leader == best or leader in self._confirmed or rec.constant is not None or \
+                st.means[leader] <= st.means[best]:
+            return
+        self._confirmed.add(leader)
+        rows = sorted({leader, 0, best})
+        shaped = frozenset().union(*(self._shaped.get(st.records[k].candidate.id, frozenset()) for k in rows))
+        fresh = [e for e in self.trainset if e.id not in shaped and e.id not in set(st.val_ids)]
+        def cost(examples: list[Example]) -> int:
+            return sum(st.known(st.records[k].candidate, e.id) is None for k in rows for e in examples)
+
+        while fresh and cost(fresh) > st.remaining:
+            fresh.pop()
+        if not fresh:
+            return
+        extra = {k: [r.score.value for r in await self._evaluate(st.records[k].candidate, fresh)] for k in rows}
+        if st.archive.confirm(leader, extra, rec.parents):
+            rec.evident = True
+            st.history.append((st.rollouts_used, rec.mean))
+            self._emit(ev.BestConfirmed(leader, len(fresh), st.rollouts_used))
 
     async def _reflect(self, messages: list[Message], params: dict[str, Any]) -> Completion | None:
         """One reflection call; a flaky reflection LM costs an attempt (None), not the run."""

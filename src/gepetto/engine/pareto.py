@@ -53,10 +53,10 @@ def beats(row: np.ndarray, base: np.ndarray, level: float = EVIDENCE_LEVEL) -> b
 
 
 def evidence(val_scores: Sequence[Mapping[str, float] | None],
-             parents: Sequence[Sequence[int]] | None = None) -> list[bool]:
+             parents: Sequence[Sequence[int]] | None = None, confirmed: Sequence[bool] | None = None) -> list[bool]:
     """For stored candidates, in the order they joined (their validation scores by example id, the first the
-    seed's; their parents' indices): which ones became the best when they joined, as the engine decided
-    (`ParetoArchive.evident`)."""
+    seed's; their parents' indices; whether more evidence made them the best right after they joined,
+    `ParetoArchive.confirm`): which ones became the best, as the engine decided (`ParetoArchive.evident`)."""
     if not val_scores or not val_scores[0]:
         return [True] * len(val_scores)
     ids = sorted(val_scores[0])
@@ -67,6 +67,8 @@ def evidence(val_scores: Sequence[Mapping[str, float] | None],
         if full:
             index[k] = archive.add([scores[i] for i in ids],  # type: ignore[index]
                                    parents=[index[j] for j in (parents[k] if parents else ()) if j in index])
+            if confirmed and confirmed[k]:
+                archive.promote(index[k])
         out.append(full and archive.evident[index[k]])
     return out
 
@@ -102,7 +104,8 @@ def stored_best(cands: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | 
         if same:
             return max(same, key=lambda i: (cands[i].get("mean") or 0.0, -i))
     return best_index([c.get("mean") for c in cands], evidence([c.get("val_scores") or None for c in cands],
-                                                              [c.get("parents") or () for c in cands]))
+                                                              [c.get("parents") or () for c in cands],
+                                                              [bool(c.get("confirmed")) for c in cands]))
 
 
 def dominates(a: np.ndarray, b: np.ndarray) -> bool:
@@ -203,6 +206,28 @@ class ParetoArchive:
         np.maximum(self._col_best, vec, out=self._col_best)  # beaten rows were <= vec: the best stays right
         self._weights = None
         return idx
+
+    def confirm(self, idx: int, extra: Mapping[int, Sequence[float]], parents: Sequence[int] = ()) -> bool:
+        """More evidence for row `idx` (its `parents`), a leader held back from the best: scores of it, the seed (row
+        0) and the best on more examples (`extra`, by row, in one order), examples that shaped none of them. It
+        becomes the best when it is on the front and, over the validation and these examples together, `beats` the
+        seed and, unless it is the best's child, the best: the rule rows follow when they join. True when it did."""
+        best = self._best
+        if idx in (0, best) or idx not in self._front or not {idx, 0, best} <= set(extra):
+            return False
+
+        def joined(row: int) -> np.ndarray:
+            return np.concatenate([self._scores[row], np.asarray(extra[row], dtype=float)])
+
+        vec = joined(idx)
+        if not beats(vec, joined(0)) or (best not in (0, *parents) and not beats(vec, joined(best))):
+            return False
+        self.promote(idx)
+        return True
+
+    def promote(self, idx: int) -> None:
+        """Make row `idx` the best (`confirm` decided it; a stored run's replay repeats it)."""
+        self.evident[idx], self._best = True, idx
 
     def weights(self) -> np.ndarray:
         """Selection votes aligned with `front`: examples won (ties count for all), best mean gets >= 1."""

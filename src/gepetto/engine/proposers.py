@@ -134,6 +134,9 @@ class Proposal:
     pattern: str | None = None
     verdict: Callable[[Candidate, bool], None] | None = None
     origin: str | None = None  # how the child was made, as its CandidateRecord says (None: "reflection")
+    # the training examples whose inputs reflection saw for it (None: the minibatch); with `test_on`, they shaped
+    # the child, and the run's other training examples are fresh evidence for it (engine/loop.py `_confirm`)
+    shown: Sequence[str] | None = None
 
 
 class Proposer:
@@ -542,8 +545,9 @@ class Edit(Knobs, Proposer):
                 for focus, rule in asked:
                     tried.setdefault(focus.pattern, []).append(rule)
 
+        shown = sorted({r.example_id for f, _ in asked for r in (*f.failures, *f.contrast, *f.positives)})
         return Proposal({component: demos.join(text, kept)}, gate, "\n".join(r for _, r in asked),
-                        "; ".join(f.pattern for f, _ in asked), verdict)
+                        "; ".join(f.pattern for f, _ in asked), verdict, shown=shown)
 
     async def _draft(self, request: ProposalRequest, component: str) -> Proposal | None:
         """The first draft of the rules list: one rule per answer seen in the training rollouts' confusions
@@ -567,18 +571,20 @@ class Edit(Knobs, Proposer):
                 continue
             shown = [edits.shown(r, component, 300, by_id.get(r.example_id)) for r in inputs]
             messages = edits.build_definition_prompt(current, answer, [ex.inputs for ex in shown])
-            asks.append((answer, self._vetted(request, messages, current, shown, answer=answer)))
-        rules = await asyncio.gather(*(ask for _, ask in asks))
-        text, written = current, {}
-        for (answer, _), rule in zip(asks, rules, strict=True):
+            asks.append((answer, self._vetted(request, messages, current, shown, answer=answer),
+                         [r.example_id for r in inputs]))
+        rules = await asyncio.gather(*(ask for _, ask, _ in asks))
+        text, written, seen = current, {}, set()
+        for (answer, _, ids), rule in zip(asks, rules, strict=True):
             if rule is not None:
                 text = edits.apply_rule(text, rule, answer)
                 written[answer] = rule
+                seen |= set(ids)
         if not written:
             request.services.count(Outcome.NO_OPEN_MISTAKE)
             return None
         return Proposal({component: demos.join(text, kept)}, (), "\n".join(written.values()),
-                        "first draft of the rules")
+                        "first draft of the rules", shown=sorted(seen))
 
     async def _vetted(self, request: ProposalRequest, messages: list[Message], current: str,
                       shown: list[ReflectionExample], *, answer: str) -> str | None:
@@ -611,17 +617,20 @@ class Edit(Knobs, Proposer):
             child_text = edits.apply_rule(current, rule, edits.expected_answer(focus.pattern))
             return rule, why or refusal(request, component, child_text, kept, limit=limit)
 
-        return await self._ask(request, messages, vet, lambda why: edits.retry_hint(why, focus.pattern))
+        # a pattern asked for again starts further along the temperature schedule: greedy, it wrote what it wrote
+        return await self._ask(request, messages, vet, lambda why: edits.retry_hint(why, focus.pattern),
+                               start=len(tried_rules))
 
     async def _ask(self, request: ProposalRequest, messages: list[Message],
-                   vet: Callable[[Completion], tuple[str, Outcome | None]], hint: Callable[[Outcome], str]
-                   ) -> tuple[str, Outcome | None]:
+                   vet: Callable[[Completion], tuple[str, Outcome | None]], hint: Callable[[Outcome], str],
+                   start: int = 0) -> tuple[str, Outcome | None]:
         """Ask the reflection LM for a rule; `vet` each answer (rule, why refused) and ask again, told `hint(why)`,
-        a bounded number of times: (rule, None), or the last answer's rule and why it was refused."""
+        a bounded number of times, from attempt `start` of the temperature schedule: (rule, None), or the last
+        answer's rule and why it was refused."""
         cfg = request.config
         last: tuple[str, Outcome | None] = ("", Outcome.REFLECTION_ERROR)
         for attempt in range(cfg.reflection_attempts):
-            params = reflection_params(request, attempt, RULE_TEMPERATURES, max_tokens=self.rule_max_tokens,
+            params = reflection_params(request, start + attempt, RULE_TEMPERATURES, max_tokens=self.rule_max_tokens,
                                        stop=edits.RULE_CLOSE)
             out = await request.services.reflect(messages, params)
             if out is None:

@@ -161,7 +161,9 @@ def _partial_result(store: RunStore, name: str, cands: list[dict], config: dict)
     archive = ParetoArchive(len(val_ids))
     history: list[list[float]] = []
     for c in cands:
-        archive.add([c["val_scores"][i] for i in val_ids], c["parents"])
+        row = archive.add([c["val_scores"][i] for i in val_ids], c["parents"])
+        if c.get("confirmed"):
+            archive.promote(row)
         top = float(archive.means()[archive.best()])
         if not history or history[-1][1] != top:
             history.append([c["rollouts_at_creation"], top])

@@ -552,9 +552,11 @@ class RunStore:
     def candidates(self, run: str) -> list[dict[str, Any]]:
         rows = self._db.execute("SELECT idx, id, texts, parents, origin, iteration, component, mean, val_scores, "
                                 "rollouts_at_creation FROM candidates WHERE run=? ORDER BY idx", (run,)).fetchall()
+        # (made the best by evidence bought after it joined: engine/loop.py `_confirm`, kept as events)
+        confirmed = {e["data"].get("index") for e in self.events(run, "confirmed")}
         return [{"index": r[0], "id": r[1], "texts": json.loads(r[2]), "parents": json.loads(r[3]), "origin": r[4],
                  "iteration": r[5], "component": r[6], "mean": r[7], "val_scores": json.loads(r[8]),
-                 "rollouts_at_creation": r[9]} for r in rows]
+                 "rollouts_at_creation": r[9], **({"confirmed": True} if r[0] in confirmed else {})} for r in rows]
 
     def put_rollout(self, run: str, candidate: Candidate, example_id: str, rollout: Rollout) -> None:
         """Commit one finished rollout (idempotent: a replayed rollout is not written twice)."""
