@@ -54,6 +54,23 @@ def test_redact_removes_key_values_in_use_and_key_shapes(monkeypatch) -> None:
     assert redact("the key: use the customer_message_text") == "the key: use the customer_message_text"
 
 
+def test_http_basic_credentials_and_authorization_headers_are_redacted() -> None:
+    """Repros a05 and a04 (round 2): a base URL's password is sent as `Authorization: Basic <base64 of
+    user:password>`; an endpoint that echoed the header put it in the stored error, the report and the export, one
+    base64 decode from the password, and such a header pasted in an input stayed as it was."""
+    import base64
+
+    b64 = base64.b64encode(b"alice:Hunter2-Passw0rd-XYZ").decode()
+    for text in (f"request headers were: Authorization: Basic {b64}", f"curl -H 'Authorization: Basic {b64}'",
+                 f"it sent basic {b64} again", '{"authorization": "Token abcdef123456"}'):
+        out = redact(text)
+        assert b64 not in out and "abcdef123456" not in out and REDACTED in out, out
+    # prose that only looks a little like it stays
+    for prose in ("Basic instructions for everyone.", "Authorization: required for this endpoint.",
+                  "A basic Hello12345678 greeting."):
+        assert redact(prose) == prose
+
+
 def test_redacted_exception_keeps_its_class_and_drops_the_key() -> None:
     exc = redact_exception(ValueError(f"bad key {FAKE_KEY}"))
     assert type(exc) is ValueError and FAKE_KEY not in str(exc) and REDACTED in str(exc)

@@ -6,7 +6,8 @@ the reflection LM, printed and put in reports, so they pass through `redact` fir
 of the key variables in use (OPENAI_API_KEY, every `*_API_KEY` / `*_TOKEN` / `*_SECRET` variable in the
 environment with a value of at least 8 characters, and the variables named with `api_key_env`) and text
 shaped like a key (`sk-...`, `Bearer ...`, `hf_...`, `AKIA...`, long tokens after `key=` or `token=`, the
-password in a URL's `user:password@`).
+password in a URL's `user:password@`, the value of an `Authorization:` header, and `Basic <base64 of
+user:password>`, the form in which a URL's password is sent).
 
 Redaction applies to what gepetto writes or shows, never to what a program receives: a task LM's answer reaches
 the program as the model said it.
@@ -37,6 +38,11 @@ _SHAPES = re.compile("|".join([
     r"\bxox[abprs]-[A-Za-z0-9\-]{10,}",  # Slack
     r"\bAIza[0-9A-Za-z_\-]{30,}",  # Google
 ]))
+# an HTTP Authorization header's value ("Authorization: Basic YWxp...", "authorization=Token ..."): the whole value
+_AUTH_HEADER = re.compile(r"(?i)(\bauthorization\b[\"']?\s*[:=]\s*[\"']?\s*)"
+                          r"((?:basic|bearer|token|digest|negotiate)\s+[A-Za-z0-9._~+/\-]{6,}=*|[A-Za-z0-9._~+/\-]{16,}=*)")
+# "Basic <base64 of user:password>" anywhere (an error body echoing the header)
+_BASIC = re.compile(r"\b([Bb][Aa][Ss][Ii][Cc]\s+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
 _SHAPE_TRIGGERS = ("sk-", "bearer", "hf_", "akia", "asia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox",
                    "aiza")
 _ASSIGN_TRIGGERS = ("key", "token", "secret", "passw", "auth")
@@ -104,6 +110,10 @@ class _Redactor:
             text = _ASSIGNED.sub(lambda m: m.group(1) + REDACTED, text)
         if "://" in text:
             text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+        if "authorization" in lower:
+            text = _AUTH_HEADER.sub(lambda m: m.group(1) + REDACTED, text)
+        if "basic" in lower:
+            text = _BASIC.sub(lambda m: m.group(1) + REDACTED if _credentials(m.group(2)) else m.group(0), text)
         return text
 
     def data(self, value: Any) -> Any:
@@ -116,6 +126,18 @@ class _Redactor:
         if isinstance(value, tuple):
             return tuple(self.data(v) for v in value)
         return value
+
+
+def _credentials(b64: str) -> bool:
+    """Whether `b64` is the base64 of "user:password" (what HTTP Basic authentication sends)."""
+    import base64
+    import binascii
+
+    try:
+        decoded = base64.b64decode(b64 + "=" * (-len(b64) % 4), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return False
+    return ":" in decoded and decoded.isprintable()
 
 
 def redact(text: str) -> str:
