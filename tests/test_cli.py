@@ -269,6 +269,28 @@ def test_export_rollouts_as_csv_and_json_lines(cli, done_run):
     assert cli("export", "r1", "--rollouts", "--format", "xml", "--storage", "runs.sqlite").exit_code == 2
 
 
+def test_names_never_reach_the_terminal_raw_and_report_never_replaces_a_fifo_or_a_symlink(cli, tmp_path):
+    """Repro a11 (round 2): a run name holding a terminal escape was printed raw by `gepetto runs` (on a shared store,
+    other people's names reach your terminal); `report -o` replaced a FIFO or a symlink with a new regular file."""
+    import os
+
+    sim_args = ["--task", "sim", "--task-lm", "sim:task", "--reflection-lm", "sim:reflection", "--budget", "30",
+                "--storage", "c.sqlite", "-q"]
+    for name in ("\x1b[31mred\x1b[0m", "two\nlines", "good"):
+        assert cli("optimize", *sim_args, "--run", name).exit_code == 0
+    listing = cli("runs", "--storage", "c.sqlite").output
+    assert "\x1b" not in listing and "\\x1b[31mred\\x1b[0m" in listing and "two\\nlines" in listing
+    os.mkfifo("pipe.html")
+    res = cli("report", "good", "--storage", "c.sqlite", "-o", "pipe.html")
+    assert res.exit_code == 2 and "pipe.html is a FIFO: give the path of a file" in res.output
+    assert (tmp_path / "pipe.html").is_fifo()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "real.html").write_text("old")
+    (tmp_path / "linked.html").symlink_to("sub/real.html")
+    assert cli("report", "good", "--storage", "c.sqlite", "-o", "linked.html").exit_code == 0
+    assert (tmp_path / "linked.html").is_symlink() and "<html" in (tmp_path / "sub" / "real.html").read_text()
+
+
 def test_exported_csv_cells_are_never_spreadsheet_formulas(cli, tmp_path):
     """Repro a20 (round 2): LM outputs and feedback that start with =, +, - or @ were written as they are, and a
     spreadsheet runs them as formulas; such a cell starts with a ' now (the text after it unchanged)."""

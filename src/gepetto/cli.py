@@ -98,9 +98,15 @@ def _root(
     _debug = debug
 
 
-def _t(value: Any) -> str:
-    """User or LM text for a Rich markup string: redacted, and escaped so `[bold]` or `[/INST]` print as such."""
-    return escape(redact(str(value)))
+def _t(value: Any, *, one_line: bool = False) -> str:
+    """User or LM text for a Rich markup string: redacted, escaped so `[bold]` or `[/INST]` print as such, and with
+    control characters shown as escapes (a run name holding a terminal escape sequence, on a shared store someone
+    else's, must not reach the terminal); with `one_line` newlines too (a name in a table)."""
+    text = redact(str(value))
+    keep = "" if one_line else "\n"
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode("ascii") for c in text)
+    return escape(text)
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -218,8 +224,9 @@ def _report_result(name: str, result: Any, started: float) -> None:
     if total.cached_calls:
         console.print(f"{total.cached_calls} of {total.calls} LM answers were replayed from the response cache "
                       f"(no cost, no time); `--cache off` asks the LMs again")
-    console.print(f"[dim]run {_t(repr(name))} stored; see it with `gepetto show {_t(name)}`, score it on held-out "
-                  f"examples with `gepetto evaluate {_t(name)}`, or `gepetto report {_t(name)}`[/dim]")
+    shown = _t(name, one_line=True)
+    console.print(f"[dim]run {_t(repr(name))} stored; see it with `gepetto show {shown}`, score it on held-out "
+                  f"examples with `gepetto evaluate {shown}`, or `gepetto report {shown}`[/dim]")
     if result.stop_reason.failed:  # the best so far is shown above, but the run did not end well: say so
         raise _fail(f"the run stopped early: {result.stop_message}; to resume: gepetto optimize --run {name}",
                     EXIT_LM_UNAVAILABLE)
@@ -489,7 +496,7 @@ def runs(storage: str = StorageOpt) -> None:
     for info, res, best, cost, used, evaluations in rows:
         test = next((c.get("mean") for c in (evaluations.get("test") or {}).get("candidates") or []
                      if c.get("label") == "best"), None)
-        table.add_row(_t(info.name), info.shown_status, _t(info.config.get("task", "")),
+        table.add_row(_t(info.name, one_line=True), info.shown_status, _t(info.config.get("task", "")),
                       "-" if best is None else f"{best:.3f}",
                       "-" if res.get("seed_score") is None else f"{res['seed_score']:.3f}",
                       "-" if test is None else f"{test:.3f}",
@@ -752,14 +759,14 @@ def compare(
 
     for r in rows:
         test = f"{f(r['seed_test'])} -> {f(r['best_test'])}" if r["best_test"] is not None else "-"
-        table.add_row(_t(r["name"]), f"{f(r['seed_val'])} -> {f(r['best_val'])}", test,
+        table.add_row(_t(r["name"], one_line=True), f"{f(r['seed_val'])} -> {f(r['best_val'])}", test,
                       f"{int(r['rollouts'] or 0)}/{int(r['budget'] or 0)}", str(r["candidates"]),
                       f"{r['accepted']}/{r['tested']}", f"${r['cost']:.4f}",
                       "-" if r["wall"] is None else f"{r['wall']:.0f}s")
     console.print(table)
     differing = differing_options(snapshots)
     if differing:
-        opts = Table("option", *[_t(r["name"]) for r in rows], title="options that differ")
+        opts = Table("option", *[_t(r["name"], one_line=True) for r in rows], title="options that differ")
         for key, values in differing.items():
             opts.add_row(key, *[_t(json.dumps(v, ensure_ascii=False, default=str)) for v in values])
         console.print(opts)

@@ -179,8 +179,19 @@ def create_private_file(path: str | os.PathLike[str]) -> None:
 
 def write_private_text(path: str | os.PathLike[str], text: str) -> None:
     """Write `text` (UTF-8) to `path` readable by its owner only (0600), all or nothing: into a temporary file
-    beside it, then renamed over it, so a failed write (a full disk) leaves the previous file as it was."""
-    target = os.fspath(path)
+    beside it, then renamed over it, so a failed write (a full disk) leaves the previous file as it was. A symlink
+    is written through (its target replaced); a path that is there and no regular file (a FIFO, a device, a
+    directory) is refused with an OSError, never replaced by a file."""
+    import stat
+
+    target = os.path.realpath(os.fspath(path))
+    with contextlib.suppress(FileNotFoundError):
+        mode = os.stat(target).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else
+                    "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "not a regular file")
+            raise OSError(f"{os.fspath(path)} is {kind}: give the path of a file")
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=f".{os.path.basename(target)}.",
                                suffix=".tmp")  # (mkstemp creates it 0600)
     try:
