@@ -831,7 +831,8 @@ class Engine:
 
     def _afford(self, cost: int, what: str) -> None:
         if cost > self.state.remaining:
-            raise _OutOfBudget(f"budget: the {what} could cost {cost} rollouts, {self.state.remaining} left")
+            raise _OutOfBudget(f"budget: the {what} could cost {cost} rollouts (its validation {len(self.valset)}), "
+                               f"{self.state.remaining} of {self.state.budget} left unspent")
 
     def _check_stop(self, conditions: Sequence[stopping.StopCondition]) -> Stop | None:
         st = self.state
