@@ -289,3 +289,67 @@ def test_a_run_whose_inputs_hold_a_set_resumes_under_another_hash_seed(tmp_path)
         out = subprocess.run([sys.executable, str(script), store, budget], capture_output=True, text=True, env=env,
                              timeout=120)
         assert out.stdout.startswith("OK"), out.stdout + out.stderr
+
+
+KILLRUN = '''
+import os, sys, signal, hashlib, json
+import gepetto
+from gepetto import events as ev, Example
+from gepetto.testing import sim
+from gepetto.testing.sim import SimReflectionLM, SimTaskLM
+from gepetto.lm.base import Completion
+
+storage, kill_after, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+SK = "sk-test-ABCDEFGHIJKLMNOPQRSTUV012345"
+
+class Task:
+    name = "task"
+    def __init__(self): self.inner = SimTaskLM()
+    async def complete(self, messages, **params):
+        out = await self.inner.complete(messages, **params)
+        return Completion(out.text + " (auth Bearer abcdefgh12345678XYZ)", out.usage) if mode == "out" else out
+
+def metric(e, o, t):
+    return sim.metric(e, o.split(" (auth")[0] if isinstance(o, str) else o, t)
+
+n = 0
+def cb(e):
+    global n
+    if isinstance(e, ev.RolloutFinished):
+        n += 1
+        if n == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+t = sim.task(n_train=12, n_val=12, kinds=6)
+train, val = t.trainset, t.valset
+if mode == "input":
+    train, val = ([Example({"q": e.inputs["q"] + f" token {SK}"}, gold=e.gold, id=e.id) for e in part]
+                  for part in (train, val))
+res = gepetto.optimize(t.seed_candidate, train, metric, valset=val, task_lm=Task(),
+                       reflection_lm=SimReflectionLM(noise=0.3, seed=5), budget=150, seed=3, max_concurrency=4,
+                       storage=storage, run="r", callbacks=cb, progress=False)
+print("RESULT", round(res.best_score, 4), res.rollouts_used, [c.candidate.id for c in res.candidates],
+      hashlib.sha1(json.dumps(res.best_candidate.to_dict(), sort_keys=True).encode()).hexdigest())
+'''
+
+
+@pytest.mark.parametrize("mode", ["input", "out"])
+def test_a_killed_run_whose_examples_or_answers_hold_secrets_resumes_to_the_uninterrupted_result(mode, tmp_path):
+    """Repro a03 (round 2): the killed process decided on unredacted rollouts, its resume on the stored (redacted)
+    ones, and took another path (6 stored rollouts never asked for again, 28 new ones paid); a run now goes on with
+    the rollouts as stored, in every process."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "killrun.py"
+    script.write_text(KILLRUN)
+
+    def go(store, kill_after):
+        out = subprocess.run([sys.executable, str(script), str(tmp_path / store), str(kill_after), mode],
+                             capture_output=True, text=True, timeout=120)
+        return next((line for line in out.stdout.splitlines() if line.startswith("RESULT")), None)
+
+    whole = go("whole.sqlite", -1)
+    assert whole is not None
+    assert go("killed.sqlite", 23) is None  # killed mid-run
+    assert go("killed.sqlite", -1) == whole

@@ -51,7 +51,8 @@ class RolloutStore(Protocol):
 
     def get(self, candidate_id: str, example_id: str) -> Rollout | None: ...
 
-    def put(self, candidate: Candidate, example_id: str, rollout: Rollout) -> None: ...
+    def put(self, candidate: Candidate, example_id: str, rollout: Rollout) -> Rollout | None:
+        """Keep `rollout`; returns it as a later `get` will (the run goes on with that), or None: as given."""
 
 
 class _OutOfBudget(Exception):
@@ -664,8 +665,8 @@ class Engine:
                 if run is None:
                     run = await self._retrying(self._run_rollout, sem, candidate, ex,
                                                give_up=functools.partial(_unanswered, ex))
-                    if store is not None:
-                        store.put(candidate, ex.id, run)
+                    if store is not None:  # the run goes on with what a resume will read back
+                        run = store.put(candidate, ex.id, run) or run
                 st.rollouts[key] = run
                 st.rollouts_used += 1
                 future.set_result(run)

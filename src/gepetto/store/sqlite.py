@@ -562,18 +562,13 @@ class RunStore:
         """Commit one finished rollout (idempotent: a replayed rollout is not written twice)."""
         if run in self._lost:
             return
-        try:
-            output = json.dumps(redact_data(rollout.output), ensure_ascii=False)
-        except (TypeError, ValueError):
-            output = json.dumps(redact(repr(rollout.output)), ensure_ascii=False)
-        error = redact(rollout.error) if rollout.error is not None else None
+        row = _rollout_row(rollout)
         columns = ("run", "candidate_id", "example_id", "score", "feedback", "objectives", "output", "trace", "error",
                    "texts", "pattern", "stage")
         with self._tx() as db:
             db.execute(self._insert("evaluations", columns, "ignore"),
-                       (run, candidate.id, example_id, rollout.score.value, redact(rollout.score.feedback),
-                        dumps(dict(rollout.score.objectives)), output, dumps([t.to_dict() for t in rollout.trace]),
-                        error, dumps(candidate.to_dict()), redact(rollout.score.pattern), rollout.stage))
+                       (run, candidate.id, example_id, row[0], row[1], row[2], row[3], row[4], row[5],
+                        dumps(candidate.to_dict()), row[6], row[7]))
 
     def rollouts(self, run: str) -> dict[tuple[str, str], Rollout]:
         """All stored rollouts of a run, keyed by (candidate id, example id)."""
@@ -584,12 +579,7 @@ class RunStore:
         order = " ORDER BY seq" if self.shared else ""  # (SQLite: in the order of its key, as it always was)
         rows = self._db.execute("SELECT candidate_id, example_id, score, feedback, objectives, output, trace, error, "
                                 f"{pattern}, {stage} FROM evaluations WHERE run=?{order}", (run,)).fetchall()
-        out = {}
-        for cid, eid, score, feedback, objectives, output, trace, error, pattern, stage in rows:
-            out[(cid, eid)] = Rollout(eid, Score(score, feedback, json.loads(objectives), pattern or ""),
-                                      json.loads(output) if output is not None else None,
-                                      [TraceEntry(**t) for t in json.loads(trace)], error, stage)
-        return out
+        return {(cid, eid): _rollout_of(eid, *row) for cid, eid, *row in rows}
 
     def delete_rollouts(self, run: str, candidate_id: str) -> None:
         if run in self._lost:  # taken over by another process: it writes no more for it
@@ -691,6 +681,32 @@ class RecordedLM:
         return out
 
 
+def _rollout_row(rollout: Rollout) -> tuple[Any, ...]:
+    """A rollout's stored columns (score, feedback, objectives, output, trace, error, pattern, stage), redacted."""
+    try:
+        output = json.dumps(redact_data(rollout.output), ensure_ascii=False)
+    except (TypeError, ValueError):
+        output = json.dumps(redact(repr(rollout.output)), ensure_ascii=False)
+    error = redact(rollout.error) if rollout.error is not None else None
+    return (rollout.score.value, redact(rollout.score.feedback), dumps(dict(rollout.score.objectives)), output,
+            dumps([t.to_dict() for t in rollout.trace]), error, redact(rollout.score.pattern), rollout.stage)
+
+
+def _rollout_of(example_id: str, score: float, feedback: str, objectives: str, output: str | None, trace: str,
+                error: str | None, pattern: str | None, stage: str | None) -> Rollout:
+    """A rollout from its stored columns."""
+    return Rollout(example_id, Score(score, feedback, json.loads(objectives), pattern or ""),
+                   json.loads(output) if output is not None else None, [TraceEntry(**t) for t in json.loads(trace)],
+                   error, stage)
+
+
+def as_stored(rollout: Rollout) -> Rollout:
+    """`rollout` exactly as the store gives it back (redacted, its output through JSON): what a run goes on with, so
+    that the run and its resume decide on the same data (a secret in an input, a task LM's answer or a feedback is
+    redacted in both, and in a prompt a demonstration copies from it)."""
+    return _rollout_of(rollout.example_id, *_rollout_row(rollout))
+
+
 class StoredRollouts:
     """The engine's RolloutStore for one run: reads are served from memory, writes are committed at once."""
 
@@ -708,10 +724,13 @@ class StoredRollouts:
         self._not_asked.discard((candidate_id, example_id))
         return found
 
-    def put(self, candidate: Candidate, example_id: str, rollout: Rollout) -> None:
+    def put(self, candidate: Candidate, example_id: str, rollout: Rollout) -> Rollout:
+        """Store `rollout`; returns it as stored (`as_stored`), which the run goes on with."""
         self.store.put_rollout(self.run, candidate, example_id, rollout)
-        self._known[(candidate.id, example_id)] = rollout
+        stored = as_stored(rollout)
+        self._known[(candidate.id, example_id)] = stored
         self.paid += 1
+        return stored
 
     @property
     def left_behind(self) -> int:
