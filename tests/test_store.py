@@ -125,3 +125,42 @@ def test_examples_are_stored_with_the_run(tmp_path):
     store = RunStore(tmp_path / "s.sqlite")
     store.put_examples("r", "val", [Example({"q": "hi"}, gold={"a": 1}, id="e1")])
     assert store.examples("r", "val") == {"e1": {"inputs": {"q": "hi"}, "gold": {"a": 1}}}
+
+
+def test_a_store_on_a_read_only_filesystem_is_read_as_immutable(tmp_path, monkeypatch):
+    """Repro a16 (round 2): on a read-only filesystem SQLite cannot create the shared-memory file a WAL store needs,
+    so even `runs` and `show` failed ("unable to open database file"); reading falls back to an immutable open."""
+    import pytest
+
+    from gepetto.store import db as dbmod
+
+    task = sim.task(n_train=4, n_val=4)
+    gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
+                     task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(), budget=20,
+                     storage=str(tmp_path / "s.sqlite"), run="r", progress=False)
+    sqlite3.connect(tmp_path / "s.sqlite").execute("PRAGMA wal_checkpoint(TRUNCATE)")  # (as the last closer does)
+    real, opened = sqlite3.connect, []
+
+    class ReadOnlyFS:  # what a read-only mount does to a WAL file opened with mode=ro only
+        def __init__(self, where, **kw):
+            opened.append(where)
+            self.db, self.immutable = real(where, **kw), "immutable=1" in where
+
+        def execute(self, *args):
+            if not self.immutable:
+                raise sqlite3.OperationalError("unable to open database file")
+            return self.db.execute(*args)
+
+        def __getattr__(self, name):
+            return getattr(self.db, name)
+
+    monkeypatch.setattr(dbmod.sqlite3, "connect", ReadOnlyFS)
+    store = RunStore(tmp_path / "s.sqlite", readonly=True)
+    assert [r.name for r in store.list_runs()] == ["r"] and store.candidates("r")
+    assert [u.rsplit("?", 1)[1] for u in opened] == ["mode=ro", "mode=ro&immutable=1"]
+    def broken(where, **kw):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(dbmod.sqlite3, "connect", broken)
+    with pytest.raises(Exception, match="disk I/O error"):  # another error is no reason to read it as immutable
+        RunStore(tmp_path / "s.sqlite", readonly=True)

@@ -150,8 +150,7 @@ class SQLiteDatabase(Database):
             if readonly:
                 if not path.is_file():
                     raise StoreError(f"no run store at {path}")
-                self._db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
-                                           isolation_level=None, timeout=timeout)
+                self._db = self._read_only(path, timeout)
             else:
                 if path.parent and not path.parent.exists():
                     path.parent.mkdir(parents=True, exist_ok=True)
@@ -162,6 +161,22 @@ class SQLiteDatabase(Database):
         except (sqlite3.Error, OSError) as exc:
             raise sqlite_error(path, exc) from None
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _read_only(path: Path, timeout: float) -> sqlite3.Connection:
+        """A connection that only reads. A file in WAL mode on a read-only filesystem cannot be read that way (SQLite
+        must create its shared-memory file beside it): it is then opened as immutable, which it is there."""
+        for query in ("mode=ro", "mode=ro&immutable=1"):
+            db = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True, check_same_thread=False,
+                                 isolation_level=None, timeout=timeout)
+            try:
+                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                return db
+            except sqlite3.OperationalError as exc:
+                db.close()
+                if "unable to open" not in str(exc) or query.endswith("immutable=1"):
+                    raise
+        raise AssertionError("unreachable")
 
     def _wal(self, timeout: float) -> None:
         """Switch the file to WAL mode. SQLite answers "database is locked" at once, without waiting, while another
