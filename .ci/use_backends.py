@@ -60,11 +60,12 @@ def main(whats: list[str]) -> None:
                 print("dspy: a Predict module's components:", sorted(seed))
                 continue
             elif what == "postgres":
-                from gepetto.store.db import open_database  # noqa: F401 (the driver is imported on use)
                 import psycopg
                 import sqlalchemy
 
-                print("postgres: sqlalchemy", sqlalchemy.__version__, "psycopg", psycopg.__version__)
+                # the URL a shared store takes, as the store's engine builds it (no server here to connect to)
+                url = sqlalchemy.engine.make_url("postgresql+psycopg://gepetto@localhost/runs")
+                print("postgres: sqlalchemy", sqlalchemy.__version__, "psycopg", psycopg.__version__, "url", url)
                 continue
             else:
                 raise SystemExit(f"unknown: {what}")
