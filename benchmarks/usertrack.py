@@ -86,6 +86,13 @@ LABELS = {
           "store at 766aa6f (seconds 0; replayed there under another name from the LM cache, all 24 gave the same "
           "best, scores and proposals); home and auto ran at 766aa6f, with LM answers cached where paths met the "
           "default's",
+    "b59": "the default before issue 59's changes (6b82e4e), on the HWU64 tasks (its development family and, for "
+           "hwu-qa and hwu-transport, its locked-only tasks)",
+    "a1": "issue 59's first changes (015b72d: no rule refused for the words of answer names, pasted messages refused, "
+          "a consequent given its answer, patterns asked again before a stall, a stall that says why, a constant "
+          "answer no gain)",
+    "a2": "the default at issue 59's close (ca35e28: `a1`, evidence bought on fresh training examples for a leader "
+          "held back from the best, a pattern asked again further along the temperature schedule)",
     "i38": "the default at issue 38's partial stop (aff965e: batched decoding with flash attention, the reflection "
            "LM's job first in its requests, answers kept for retries); locked split scored at that stop",
 }
