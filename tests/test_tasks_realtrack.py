@@ -142,3 +142,39 @@ def test_hwu_tasks_split_the_folds_without_overlap_and_score_degenerate_outputs_
     assert expert.count("\n- If the user ") == len(golds)  # one hand-written definition per intent
     score = sum(dev.metric(e, dev.baseline, []).value for e in dev.testset) / len(dev.testset)
     assert score <= 0.25
+
+
+@pytest.mark.skipif(not (default_data_dir() / "hwu64").is_dir(), reason="no hwu64 data here")
+def test_the_routed_program_runs_its_two_steps_and_its_feedback_names_the_step_that_erred():
+    import asyncio
+
+    from gepetto.program import run_rollout
+    from gepetto.tasks import routed
+    from gepetto.testing import ScriptedLM
+
+    task = load_task("hwu-routed")
+    assert (len(task.trainset), len(task.valset), len(task.testset)) == (40, 40, 120)
+    assert set(task.seed_candidate) == {"router", "intent"} == set(task.expert_candidate)
+    assert task.expert_candidate["intent"].count("\n- If the user ") == 16
+    ex = next(e for e in task.testset if e.gold == "email_query")
+
+    def lm(area, intent):
+        return ScriptedLM(lambda m, p: area if "areas" in m[0]["content"] else intent)
+
+    def rollout(area, intent):
+        return asyncio.run(run_rollout(task.program, task.metric, task.seed_candidate, ex, lm(area, intent)))
+
+    right = rollout("email", "email_query")
+    assert right.score.value == 1.0 and [t.component for t in right.trace] == ["router", "intent"]
+    assert "Intents: email_addcontact, email_query, email_querycontact, email_sendemail" in right.trace[1].inputs
+    wrong_area = rollout("lists", "lists_query")
+    assert wrong_area.score.value == 0.0 and "The router answered 'lists', but the message is about email" in \
+        wrong_area.score.feedback
+    wrong_intent = rollout("email", "email_sendemail")
+    assert wrong_intent.score.value == 0.0 and "The router was right (email); the intent step answered" in \
+        wrong_intent.score.feedback
+    lost = rollout("weather", "email_query")  # no area named: the intent step chooses among all 16
+    assert lost.trace[1].inputs.count("_") >= 16 and lost.score.value == 1.0
+    for junk in ["", "{}", ex["message"], "email", "email_query, email_sendemail"]:
+        assert task.metric(ex, junk, []).value == 0.0
+    assert routed.AREAS.keys() == set(routed.ROUTED)

@@ -29,6 +29,7 @@ TASKS: dict[str, str] = {
     "hwu-general": "gepetto.tasks.hwu64",
     "hwu-play": "gepetto.tasks.hwu64",
     "hwu-email": "gepetto.tasks.hwu64",
+    "hwu-routed": "gepetto.tasks.routed",  # two steps: a router (area), then the intent among the area's
     "hwu-qa": "gepetto.tasks.hwu64",  # locked-only: scored once, on the locked test split
     "hwu-transport": "gepetto.tasks.hwu64",
     "snips-restaurant": "gepetto.tasks.slots",

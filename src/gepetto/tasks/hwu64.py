@@ -83,6 +83,27 @@ DEFINITIONS: dict[str, dict[str, str]] = {
         "qa_maths": "asks for a calculation (a sum, a product, a square root)",
         "qa_stock": "asks about a share price or how a stock is doing",
     },
+    # (the scenarios of the two-step program `hwu-routed`, written before any run like the others)
+    "alarm": {
+        "alarm_query": "asks which alarms are set or when an alarm will go off",
+        "alarm_remove": "wants an alarm cancelled or deleted",
+        "alarm_set": "wants an alarm set for a time",
+    },
+    "audio": {
+        "audio_volume_down": "wants the volume lowered",
+        "audio_volume_mute": "wants the sound muted or silenced",
+        "audio_volume_up": "wants the volume raised",
+    },
+    "calendar": {
+        "calendar_query": "asks what is on their calendar (events, meetings, appointments)",
+        "calendar_remove": "wants an event or reminder taken off their calendar",
+        "calendar_set": "wants an event, meeting or reminder put on their calendar",
+    },
+    "lists": {
+        "lists_createoradd": "wants a new list made or an item added to a list",
+        "lists_query": "asks what lists they have or what is on a list",
+        "lists_remove": "wants a list deleted or an item taken off a list",
+    },
     "transport": {
         "transport_query": "asks about trains or other public transport (times, routes, delays)",
         "transport_taxi": "wants a taxi or a ride booked",
@@ -133,26 +154,11 @@ def load(
 ) -> Task:
     """An HWU64 single-scenario task. `test_split="dev"` gives `n_test` messages of folds 3-4 (every decision is made
     on them); `"locked"` gives `n_locked` of folds 5-10, scored once, when a result is reported."""
-    if test_split not in ("dev", "locked"):
-        raise ValueError(f"test_split must be 'dev' or 'locked', got {test_split!r}")
     if scenario not in DEFINITIONS:
         raise ValueError(f"no hand-written definitions for scenario {scenario!r}; scenarios: {sorted(DEFINITIONS)}")
     label_set = labels(scenario)
-    rows = [r for r in _read(data_dir) if r["scenario"] == scenario]
-    if sorted({r["intent"] for r in rows}) != label_set:
-        raise ValueError(f"scenario {scenario!r} in hwu64.jsonl does not match the built-in intent list")
-    rng = random.Random(f"hwu64:{scenario}:{seed}")
-    splits: dict[str, list[Example]] = {}
-    seen: set[str] = set()  # HWU64 repeats some short texts ("stop", "yes") across folds: each in one split only
-    for part, n in (("train", n_train), ("val", n_val), ("test", n_test if test_split == "dev" else n_locked)):
-        folds = FOLDS[test_split if part == "test" else part]
-        if part == "test" and test_split == "locked":  # nor a text of the dev test
-            seen |= {_norm(r["text"]) for r in rows if r["fold"] in FOLDS["dev"]}
-        pool = list({_norm(r["text"]): (r["text"], r["intent"]) for r in rows
-                     if r["fold"] in folds and _norm(r["text"]) not in seen}.values())
-        picked = _balanced(pool, label_set, n, rng)
-        seen |= {_norm(t) for t, _ in pool}
-        splits[part] = [Example({"message": t}, gold=lab, id=f"hwu-{part}-{_key(t, lab)}") for t, lab in picked]
+    splits = _splits(data_dir, (scenario,), f"hwu64:{scenario}:{seed}", n_train, n_val,
+                     n_test if test_split == "dev" else n_locked, test_split)
     majority = Counter(e.gold for e in splits["train"]).most_common(1)[0][0]
     return Task(
         name=f"hwu-{scenario}",
@@ -166,6 +172,32 @@ def load(
     )
 
 
+def _splits(data_dir: Any, scenarios: tuple[str, ...], rng_seed: str, n_train: int, n_val: int, n_test: int,
+            test_split: str) -> dict[str, list[Example]]:
+    """Train, validation and test examples of `scenarios` from their folds (FOLDS), balanced over the intents, each
+    text in one split only."""
+    if test_split not in ("dev", "locked"):
+        raise ValueError(f"test_split must be 'dev' or 'locked', got {test_split!r}")
+    label_set = sorted(i for sc in scenarios for i in DEFINITIONS[sc])
+    rows = [r for r in _read(data_dir) if r["scenario"] in scenarios]
+    if sorted({r["intent"] for r in rows}) != label_set:
+        raise ValueError(f"scenarios {scenarios} in hwu64.jsonl do not match the built-in intent lists")
+    rng = random.Random(rng_seed)
+    splits: dict[str, list[Example]] = {}
+    seen: set[str] = set()  # HWU64 repeats some short texts ("stop", "yes") across folds: each in one split only
+    for part, n in (("train", n_train), ("val", n_val), ("test", n_test)):
+        folds = FOLDS[test_split if part == "test" else part]
+        if part == "test" and test_split == "locked":  # nor a text of the dev test
+            seen |= {_norm(r["text"]) for r in rows if r["fold"] in FOLDS["dev"]}
+        pool = list({_norm(r["text"]): (r["text"], r["intent"]) for r in rows
+                     if r["fold"] in folds and _norm(r["text"]) not in seen}.values())
+        picked = _balanced(pool, label_set, n, rng)
+        seen |= {_norm(t) for t, _ in pool}
+        splits[part] = [Example({"message": t}, gold=lab, id=f"hwu-{part}-{_key(t, lab)}") for t, lab in picked]
+    return splits
+
+
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
+
 
