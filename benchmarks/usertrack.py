@@ -22,6 +22,7 @@ Usage:
   python benchmarks/usertrack.py reselect --tasks ...   # stored runs of another best rule: today's best
   python benchmarks/usertrack.py locked --tasks ... [--label L]  # first look at the locked split (L: a variant)
   python benchmarks/usertrack.py table
+  python benchmarks/usertrack.py family --tasks hwu-iot ... --labels b59 a2   # a family's compact tables
 
 Runs are stored (and resumable) in --storage, named `ut-TASK-METRIC-sSEED[-LABEL]`; task-LM answers are cached
 there. Rows are appended as JSON to --log.
@@ -381,6 +382,46 @@ def table(log: Path) -> str:
     return "\n".join(out)
 
 
+def family(log: Path, tasks: list[str], labels: list[str]) -> str:
+    """One compact table per task for a family: constant, seed, expert, each variant (`labels`, "" the default of
+    before), gepa; dev and locked test (locked: first look when the variant's candidates were scored there), the
+    share of the seed-to-expert gap closed, and the proposal outcomes summed over the seeds."""
+    rows = read_log(log)
+    out = []
+    for task in tasks:
+        dev = next((r for r in rows if r["kind"] == "baselines" and r["task"] == task), {})
+        lock = next((r for r in rows if r["kind"] == "locked-baselines" and r["task"] == task), {})
+        locked_of = {r["key"]: r["locked_test"] for r in rows if r["kind"] == "locked" and r["task"] == task}
+        out.append(f"\n### {task}\n")
+        out.append("| | dev test | gap closed | locked test | gap closed | runs: val seed -> best, rollouts |")
+        out.append("|---|---:|---:|---:|---:|---|")
+        for key, name in (("trivial", "constant answer"), ("seed", "seed"), ("expert", "expert (hand-written)")):
+            dv, lv = (f"{x:.3f}" if x is not None else "-" for x in (dev.get(key), lock.get(key)))
+            out.append(f"| {name} | {dv} | | {lv} | | |")
+        systems = [(label, [r for r in rows if r["kind"] == "run" and r["task"] == task and r.get("label", "") == label
+                            and r["metric"] == "plain"]) for label in labels]
+        systems.append(("gepa", [r for r in rows if r["kind"] == "gepa" and r["task"] == task]))
+        for label, rs in systems:
+            latest = {r["seed"]: r for r in rs}  # a resumed or repeated run replaces its row
+            rs = [latest[k] for k in sorted(latest)]
+            if not rs:
+                continue
+            devs = [r["dev_test"] for r in rs if "dev_test" in r]
+            locks = [locked_of[_key(r["best"])] for r in rs if _key(r["best"]) in locked_of]
+            per = "; ".join(f"s{r['seed']}: {r['seed_val']:.3f} -> {r['best_val']:.3f}, {r['rollouts']}" for r in rs)
+            name = "gepa 0.1.4" if label == "gepa" else f"gepetto default ({label or 'before'})"
+            out.append(f"| {name} | {_mean(devs)} | {_closed(devs, dev.get('seed'), dev.get('expert'))} | "
+                       f"{_mean(locks)} | {_closed(locks, lock.get('seed'), lock.get('expert'))} | {per} |")
+        for label, rs in systems:
+            counts: dict[str, int] = {}
+            for r in rs:
+                for k, v in (r.get("proposals") or {}).items():
+                    counts[k] = counts.get(k, 0) + v
+            if counts:
+                out.append(f"\n- {label or 'before'}: {_outcomes(counts)}")
+    return "\n".join(out)
+
+
 def _rechosen(row: dict[str, Any]) -> str:
     """For a run whose best today's rule changed (`reselect`): the run's own best, by its dev test (or, on a
     locked-only task, its validation score)."""
@@ -397,7 +438,7 @@ def _outcomes(proposals: dict[str, int]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["baselines", "run", "reselect", "gepa", "stored", "locked", "table"])
+    ap.add_argument("what", choices=["baselines", "run", "reselect", "gepa", "stored", "locked", "table", "family"])
     ap.add_argument("--tasks", nargs="+", default=TASKS)
     ap.add_argument("--metric", default="plain", choices=["plain", "float", "builtin"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
@@ -405,12 +446,16 @@ def main() -> None:
     ap.add_argument("--storage", default="usertrack.sqlite")
     ap.add_argument("--log", default=str(LOG))
     ap.add_argument("--label", default="", help="names a variant (a stored run of its own); empty: the default")
+    ap.add_argument("--labels", nargs="+", default=["-"], help="`family`: the variants to show ('-': unlabelled)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an option of gepetto.optimize, VALUE read as JSON; the row says it")
     args = ap.parse_args()
     log, storage = Path(args.log), Path(args.storage)
     if args.what == "table":
         print(table(log))
+        return
+    if args.what == "family":
+        print(family(log, args.tasks, [lab if lab != "-" else "" for lab in args.labels]))
         return
     options = dict(_option(item) for item in args.set)
     stamp = {"command": "python benchmarks/usertrack.py " + " ".join(sys.argv[1:]),
