@@ -141,8 +141,20 @@ def run(name: str, metric: str, seed: int, budget: int, storage: Path, options: 
         label: str) -> dict[str, Any]:
     task = task_of(name, "dev")
     counts: dict[str, Any] = {"reflections": 0, "usable": 0, "route": None}
+    # per component: its proposals tested, accepted on their test, and added to the pool (validated)
+    modules: dict[str, dict[str, int]] = {}
+    merges = {"tested": 0, "accepted": 0}
 
     def on_event(event: ev.Event) -> None:
+        if isinstance(event, ev.ProposalTested):
+            mod = modules.setdefault(event.component, {"tested": 0, "accepted": 0, "added": 0})
+            mod["tested"] += 1
+            mod["accepted"] += event.accepted
+        elif isinstance(event, ev.MergeTested):
+            merges["tested"] += 1
+            merges["accepted"] += event.accepted
+        if isinstance(event, ev.CandidateAdded) and event.record.component:
+            modules.setdefault(event.record.component, {"tested": 0, "accepted": 0, "added": 0})["added"] += 1
         if type(event).__name__ == "RouteChosen":  # (a gepetto before routes has none)
             counts["route"] = event.describe()  # type: ignore[attr-defined]
         elif isinstance(event, ev.ReflectionAnswered):
@@ -166,6 +178,7 @@ def run(name: str, metric: str, seed: int, budget: int, storage: Path, options: 
         "reflections": counts["reflections"], "usable": counts["usable"], "route": counts["route"],
         "seconds": round(seconds), "stop_message": result.stop_message, "best": dict(result.best_candidate),
         "run": run_name(name, metric, seed, label), "evidence_level": EVIDENCE_LEVEL, "best_rule": BEST_RULE,
+        "modules": modules, "merges": merges,
     }
     if name not in LOCKED_ONLY:
         row["dev_test"] = asyncio.run(_score(task, result.best_candidate, task.testset, storage))
