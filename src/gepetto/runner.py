@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import time
 import warnings
@@ -53,8 +52,8 @@ from gepetto.lm.base import LM
 from gepetto.presets import preset_budget
 from gepetto.program import Metric, MetricError, Program, Task
 from gepetto.secrets import REDACTED, redact, redact_data
+from gepetto.store.recorder import RunRecorder
 from gepetto.store.sqlite import (
-    LAST_ANSWER,
     RecordedLM,
     RunInfo,
     RunStore,
@@ -420,48 +419,7 @@ def open_run(
         reflection_lm = RecordedLM(_cached(reflection_lm if reflection_lm is not None else make_lm(cfg.reflection_lm),
                                            storage, "off" if cfg.cache == "off" else "always"), store, name)
     session = len(store.events(name, "start"))
-    # the proposal each asyncio task is making (the proposals of a round run in tasks of their own): its id, parent
-    # and component, given to the reflection events so the report can show each proposal's transcript
-    proposing: dict[int, dict[str, Any]] = {}
-    counter = itertools.count()
-
-    def proposal() -> dict[str, Any]:
-        return proposing.get(id(asyncio.current_task()), {})
-
-    def record(event: ev.Event) -> None:
-        if isinstance(event, (ev.RolloutFinished, ev.ReflectionAnswered, ev.ReflectionFailed, ev.LMFailed)):
-            store.save_ledger(name, ledger.to_dict())  # a kill loses no cost already incurred
-        match event:
-            case ev.CandidateAdded(record=rec):
-                store.put_candidate(name, rec)
-            case ev.PhaseStarted(phase="minibatch", candidate=parent, component=component):
-                proposing[id(asyncio.current_task())] = {"proposal": f"{session}.{next(counter)}", "parent": parent,
-                                                         "component": component}
-            case ev.ReflectionAnswered(attempt=attempt, rejected=rejected):
-                # the prompt and the whole answer are kept with the answer (lm_answers, under `key`)
-                store.add_event(name, event.kind, {"session": session, **proposal(), "key": LAST_ANSWER.get(),
-                                                   "attempt": attempt,
-                                                   "rejected": None if rejected is None else rejected.value})
-            case ev.ReflectionFailed(error=error):
-                store.add_event(name, event.kind, {"session": session, **proposal(), "key": LAST_ANSWER.get(),
-                                                   "error": error})
-            case ev.ValidationCut(record=rec):  # not in the pool: kept as an event (snapshot, report)
-                store.add_event(name, event.kind, {"session": session, **rec.to_dict(), "evaluated": event.evaluated,
-                                                   "total": event.total, "dominated_by": event.dominated_by,
-                                                   "reason": event.reason})
-            case ev.ProposalTested():
-                data = {k: v for k, v in event.to_dict().items() if v is not None}
-                store.add_event(name, event.kind, {"session": session, **data,
-                                                   "proposal": proposal().get("proposal")})
-            case ev.MergeTested():
-                data = {k: v for k, v in event.to_dict().items() if v is not None}
-                store.add_event(name, event.kind, {"session": session, **data})
-            case ev.PlanMade():
-                store.add_event(name, event.kind, {"session": session, "text": event.text})
-            case ev.RouteChosen():
-                store.add_event(name, event.kind, {"session": session, "text": event.describe(), **event.to_dict()})
-            case ev.BestConfirmed(index=index, examples=examples):  # (store.candidates says which)
-                store.add_event(name, event.kind, {"session": session, "index": index, "examples": examples})
+    record = RunRecorder(store, name, ledger, session)
 
     # built (its inputs and LM endpoints checked) before the store is written: a refused start leaves no run behind
     given = strategies or {}
