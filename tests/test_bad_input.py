@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 import gepetto
 from gepetto.cli import app
+from gepetto.events import StopReason
 from gepetto.store.sqlite import RunStore, StoreError
 from gepetto.testing import ScriptedLM, sim
 from gepetto.types import Example, Score
@@ -248,6 +249,26 @@ def test_a_metric_that_fails_on_one_seed_example_costs_that_rollout_not_the_run(
     said = {"nan": "ScoreIsNaN: Score.value must be a number in [0, 1], got float: nan",
             "feedback": "TypeError: Score.feedback must be a str, got list", "sysexit": "SystemExit: 3"}[bad]
     assert failed[0].error.startswith(said), failed[0].error
+
+
+def test_a_keyboard_interrupt_in_the_metric_stops_the_run_as_ctrl_c_does() -> None:
+    """Repro a15 (round 2), case kbint: a KeyboardInterrupt raised in the metric escaped the run with asyncio's
+    "Task was destroyed but it is pending" warnings. It is a stop like Ctrl-C: the run returns what it has, no
+    verdict is recorded for that example, and the stop names it."""
+    task = sim.task(n_train=6, n_val=6)
+    interrupted = []
+
+    def metric(e, o, t):
+        if e.id == "val-1" and not interrupted:
+            interrupted.append(e.id)
+            raise KeyboardInterrupt
+        return task.metric(e, o, t)
+
+    result = gepetto.optimize(task.seed_candidate, task.trainset, metric, valset=task.valset, program=task.program,
+                              task_lm=sim.SimTaskLM(), reflection_lm="sim:reflection", budget=40, progress=False)
+    assert interrupted and result.stop_reason is StopReason.INTERRUPTED
+    assert "KeyboardInterrupt in the program or metric on 'val-1'" in result.stop_message
+    assert result.best_candidate == task.seed_candidate
 
 
 def test_score_out_of_range_is_refused_where_it_is_made() -> None:

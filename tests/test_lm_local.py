@@ -13,7 +13,7 @@ import pytest
 import gepetto
 from gepetto.lm import local
 from gepetto.lm.base import LMError
-from gepetto.lm.local import LocalLM, ModelSpec, model_path
+from gepetto.lm.local import LocalLM, ModelSpec, _memory_cap, model_path
 from gepetto.tasks import load_task
 
 
@@ -144,6 +144,22 @@ async def test_a_model_file_that_does_not_load_is_a_setup_error(tmp_path):
     bad.write_bytes(b"not a gguf file")
     with pytest.raises(LMSetupError, match="cannot load the model file"):
         await LocalLM("smollm2-135m", model_file=bad).complete([{"role": "user", "content": "hi"}])
+
+
+def test_a_capped_address_space_is_named_when_a_model_does_not_load() -> None:
+    """Repro a13 (round 2): under `ulimit -v 3000000` the default config's 1.5B did not load, and the message said
+    only "Failed to load model"; it names the cap when there is one."""
+    import subprocess
+    import sys
+
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, resource.getrlimit("
+            "resource.RLIMIT_AS)[1])); from gepetto.lm.local import _memory_cap; print(_memory_cap())")
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "capped at 3.0 GB" in said
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+        assert _memory_cap() == ""  # no cap, nothing said
 
 
 def test_parallel_is_an_lm_name_option_and_is_checked():

@@ -686,8 +686,13 @@ class Engine:
 
     async def _run_rollout(self, sem: asyncio.Semaphore, candidate: Candidate, ex: Example) -> Rollout:
         async with sem:
-            return await self.executor.run(self.program, self.metric, candidate, ex, self.task_lm,
-                                           self.config.task_lm_params, timeout=self.config.rollout_timeout)
+            try:
+                return await self.executor.run(self.program, self.metric, candidate, ex, self.task_lm,
+                                               self.config.task_lm_params, timeout=self.config.rollout_timeout)
+            except KeyboardInterrupt:  # raised in the program or metric (Ctrl-C outside our loop): a stop, no verdict
+                self.request_stop(StopReason.INTERRUPTED, "interrupted: KeyboardInterrupt in the program or metric "
+                                  f"on {ex.id!r} (everything paid so far is kept; resume to go on)")
+                raise asyncio.CancelledError from None
 
     async def _retrying(self, call: Callable[..., Awaitable[T]], *args: Any,
                         give_up: Callable[[LMUnavailable], T] | None = None, **kwargs: Any) -> T:

@@ -254,7 +254,7 @@ class LocalLM:
                         self._llama = _new_llama(path, n_threads=self._n_threads)
                     self._decoder = BatchDecoder(self._llama, parallel=self.parallel, n_ctx=self._n_ctx)
                 except (ValueError, RuntimeError, OSError) as exc:  # no model, so no answer will ever come
-                    raise LMSetupError(f"{self.name}: cannot load the model file {path}: {exc}") from exc
+                    raise LMSetupError(f"{self.name}: cannot load the model file {path}: {exc}{_memory_cap()}") from exc
             return self._decoder
 
     def _job(self, messages: list[Message], params: dict[str, Any]) -> Job:
@@ -325,3 +325,17 @@ class LocalLM:
 def from_name(name: LMName) -> LocalLM:
     """The LM a name `local:...` stands for (the `local` row of gepetto.lm.names.BACKENDS)."""
     return LocalLM(name.model, **name.options)
+
+
+def _memory_cap() -> str:
+    """Why a model may not load where the process's address space is capped (`ulimit -v`): said, or ""."""
+    try:
+        import resource
+
+        cap = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):  # no such limit on this platform
+        return ""
+    if cap < 0 or cap == resource.RLIM_INFINITY:
+        return ""
+    return (f" (this process's address space is capped at {cap / 2**30:.1f} GB, `ulimit -v`: the task and reflection "
+            "models need their files' size and about 1 GB each beside it)")
