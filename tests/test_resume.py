@@ -353,3 +353,32 @@ def test_a_killed_run_whose_examples_or_answers_hold_secrets_resumes_to_the_unin
     assert whole is not None
     assert go("killed.sqlite", 23) is None  # killed mid-run
     assert go("killed.sqlite", -1) == whole
+
+
+def test_a_demonstration_that_copies_a_key_is_the_same_prompt_returned_exported_and_resumed(tmp_path, monkeypatch):
+    """Repro a18 (round 2): few-shot demonstrations copied an sk- key from an input into the returned prompt, while
+    the store kept it redacted, so `export` and a resumed run gave another prompt. One policy for all now: the
+    returned, exported and resumed prompts agree, and none holds the key."""
+    from typer.testing import CliRunner
+
+    import gepetto
+    from gepetto.cli import app
+    from gepetto.types import Example
+
+    monkeypatch.chdir(tmp_path)
+    key = "sk-proj-AbCdEf0123456789XyZ"
+
+    def ex(i: int, part: str) -> Example:
+        return Example({"q": f"question {i} kind {i % 3} (customer key {key})"}, gold=f"answer-{i}", id=f"{part}-{i}")
+
+    train, val = [ex(i, "tr") for i in range(9)], [ex(i, "va") for i in range(9, 18)]
+    kw = dict(task_lm="sim:task", reflection_lm="sim:reflection", budget=120, storage="demo.sqlite", run="d", seed=1,
+              fewshot="fewshot(k=2, share=1.0, adaptive=false, gold=true)", progress=False)
+    first = gepetto.optimize("Answer the question.", train, sim.metric, valset=val, **kw).best_candidate["instruction"]
+    exported = CliRunner().invoke(app, ["export", "d", "--storage", "demo.sqlite"])
+    assert exported.exit_code == 0, exported.output
+    resumed = gepetto.optimize("Answer the question.", train, sim.metric, valset=val,
+                               **{**kw, "budget": 160}).best_candidate["instruction"]
+    assert json.loads(exported.output)["instruction"] == first
+    assert key not in first and key not in resumed and "[REDACTED]" not in first
+    assert resumed == first  # the repro's expected line: the resumed run (budget 120 -> 160) returns the same text
