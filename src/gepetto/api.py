@@ -40,7 +40,6 @@ from gepetto.config import (
     UnknownOptionError,
 )
 from gepetto.engine import stopping
-from gepetto.engine.executors import aclose_executor
 from gepetto.engine.loop import Engine, RolloutStore
 from gepetto.engine.proposers import Proposer
 from gepetto.engine.strategies import (
@@ -298,6 +297,13 @@ def _progress_display(args: dict[str, Any]) -> Any:
 async def optimize_async(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
                          **options: Unpack[OptimizeOptions]) -> Result:
     """Async `optimize`: same arguments, for callers already inside an event loop."""
+    return await _optimize(seed_candidate, trainset, metric, options, own_loop=False)
+
+
+async def _optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, options: Mapping[str, Any], *,
+                    own_loop: bool) -> Result:
+    """`optimize`'s body, in the running event loop; `own_loop`: the loop is `optimize`'s own, so Ctrl-C and SIGTERM
+    stop the run gracefully and the LMs' clients are closed in it (gepetto.assembly.drive_engine)."""
     args = _arguments(options, _keywords(OptimizeOptions))
     _with_preset(seed_candidate, trainset, args)
     display = _progress_display(args)
@@ -306,13 +312,10 @@ async def optimize_async(seed_candidate: SeedCandidate, trainset: Examples, metr
         stored = _open_stored(seed_candidate, trainset, metric, args)
         if stored is not None:
             with tracked(tracker, **stored.tracking_info()):
-                return await stored.run_async()
+                return await stored.run_async(own_loop=own_loop)
         engine = _assemble(seed_candidate, trainset, metric, args)
-        try:
-            with tracked(tracker, **_engine_tracking(engine, metric, args)):
-                return await engine.run()
-        finally:
-            await aclose_executor(engine.executor)  # e.g. a Ray instance started for this run
+        with tracked(tracker, **_engine_tracking(engine, metric, args)):
+            return await drive_engine(engine, own_loop=own_loop)
 
 
 @checked_keywords
@@ -349,18 +352,7 @@ def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
     "heavy"; gepetto.presets) sizes `budget` to the task (its validation set and components), unless a budget
     is given.
     """
-    args = _arguments(options, _keywords(OptimizeOptions))
-    _with_preset(seed_candidate, trainset, args)
-    display = _progress_display(args)
-    tracker = _tracker(args)
-    with display if display is not None else contextlib.nullcontext():
-        stored = _open_stored(seed_candidate, trainset, metric, args)
-        if stored is not None:
-            with tracked(tracker, **stored.tracking_info()):
-                return stored.run()
-        engine = _assemble(seed_candidate, trainset, metric, args)
-        with tracked(tracker, **_engine_tracking(engine, metric, args)):
-            return run_engine(engine)
+    return asyncio.run(_optimize(seed_candidate, trainset, metric, options, own_loop=True))
 
 
 @dataclass
