@@ -55,6 +55,30 @@ def test_every_option_naming_a_strategy_lists_the_registered_classes():
     assert set(auto.knobs().values()) == {None}
 
 
+def test_each_strategys_parameters_are_written_as_declared_wherever_they_are_documented():
+    """A built-in strategy's parameters and defaults are declared once, on its class; the option's help (the CLI's
+    and the config errors'), docs/strategies.md and docs/runs.md write them out, and drifted before (accept's help
+    had no `retests`, edit's nowhere had `max_tokens` and `prompt_chars`): each must show the whole signature.
+    `auto` is left out: its parameters are edit's and rewrite's, each unset, and the help says so."""
+    import json
+    from pathlib import Path
+
+    from gepetto.config import EngineConfig
+
+    docs = {name: (Path(__file__).parents[1] / "docs" / name).read_text() for name in ("strategies.md", "runs.md")}
+    missing = []
+    for option, named in REGISTRY.items():
+        field = EngineConfig.model_fields[option]
+        for name, cls in named.items():
+            knobs = knob_fields(cls)
+            if not knobs or name == "auto":
+                continue
+            signature = f"{name}(" + ", ".join(f"{f.name}={json.dumps(f.default)}" for f in knobs) + ")"
+            where = {"help": field.description or "", **docs}
+            missing += [f"{signature} not in {place}" for place, text in where.items() if signature not in text]
+    assert not missing, missing
+
+
 def test_a_toml_file_names_a_strategy_with_a_table(tmp_path):
     (tmp_path / "run.toml").write_text('task = "sim"\nmerge = false\n[proposer.edit]\nrules = 3\n'
                                        '[parent_selector.epsilon-greedy]\nepsilon = 0.3\n')

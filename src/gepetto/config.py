@@ -139,7 +139,7 @@ class EngineConfig(_Options):
     # where rollouts run (engine/executors.py): in this process, or as Ray tasks on a cluster; in Python also an
     # Executor object. The run is the same either way
     executor: str | Executor = _field(
-        "local", "Where rollouts run: local (this process) or ray(address=...) (Ray tasks on the cluster at address, "
+        "local", "Where rollouts run: local (this process) or ray(address=null) (Ray tasks on the cluster at address, "
         "default $RAY_ADDRESS or a local Ray; extra gepetto[ray]; docs/integrations.md); in Python also an "
         "Executor object.", RUN, choices=SPECS["executor"])
     # the search
@@ -160,9 +160,9 @@ class EngineConfig(_Options):
                                     "epoch-shuffled (the next ones of a seeded order shuffled each epoch, skipping "
                                     "solved ones).", SEARCH, choices=SPECS["minibatch_sampler"])
     accept: str = _field("strict", "A child passes its minibatch test when it scores higher (strict) or at least as "
-                         "high (non_decreasing) as its parent, or (paired(tolerance=0.0), for a noisy task LM or "
-                         "judge) when its mean paired gain exceeds tolerance, a tie being tested again on fresh "
-                         "examples.", SEARCH, choices=SPECS["accept"])
+                         "high (non_decreasing) as its parent, or (paired(tolerance=0.0, retests=1), for a noisy task "
+                         "LM or judge) when its mean paired gain exceeds tolerance, a tie being tested again on "
+                         "fresh examples up to retests times.", SEARCH, choices=SPECS["accept"])
     proposals_per_round: int = _field(1, "Proposals tried at once (faster against slow parallel LM APIs).",
                                       SEARCH, ge=1)
     # racing validation (engine/racing.py): an accepted child runs the validation set in chunks and stops as soon
@@ -190,8 +190,9 @@ class EngineConfig(_Options):
                            "edit(rules=3, definitions=60) when the answers are a closed set of labels, else "
                            "rewrite; edit's and rewrite's parameters given to auto are used by the one chosen), "
                            "rewrite(max_tokens=700, prompt_chars=6000, trim=4) (a whole new text), or edit(rules=1, "
-                           "definitions=0, evidence=8, gate_solved=3, rule_max_tokens=90) (rules per proposal; "
-                           "docs/strategies.md).", PROPOSALS, choices=SPECS["proposer"])
+                           "definitions=0, evidence=8, gate_solved=3, rule_max_tokens=90, max_tokens=700, "
+                           "prompt_chars=6000) (rules per proposal; docs/strategies.md).", PROPOSALS,
+                           choices=SPECS["proposer"])
     # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text; on by
     # default with the built-in proposers (docs/design-notes.md), with a proposer of one's own only when k is set,
     # and never in a run with no valset apart (it has no example to show)
@@ -295,7 +296,7 @@ class RunConfig(EngineConfig):
         "arguments.", TASK)
     # a stored run names its executor (an object is EngineConfig's only); it may change on resume
     executor: str = _field(
-        "local", "Where rollouts run: local (this process) or ray(address=...) (Ray tasks on the cluster at address, "
+        "local", "Where rollouts run: local (this process) or ray(address=null) (Ray tasks on the cluster at address, "
         "default $RAY_ADDRESS or a local Ray; extra gepetto[ray]; docs/integrations.md).", RUN,
         choices=SPECS["executor"])
 
