@@ -405,6 +405,8 @@ def family(log: Path, tasks: list[str], labels: list[str]) -> str:
         dev = next((r for r in rows if r["kind"] == "baselines" and r["task"] == task), {})
         lock = next((r for r in rows if r["kind"] == "locked-baselines" and r["task"] == task), {})
         locked_of = {r["key"]: r["locked_test"] for r in rows if r["kind"] == "locked" and r["task"] == task}
+        if lock.get("seed") is not None:  # a run that returned the seed prompt scores the seed's baseline there
+            locked_of.setdefault(_key(dict(task_of(task, "dev").seed_candidate)), lock["seed"])
         out.append(f"\n### {task}\n")
         out.append("| | dev test | gap closed | locked test | gap closed | runs: val seed -> best, rollouts |")
         out.append("|---|---:|---:|---:|---:|---|")
