@@ -323,34 +323,50 @@ def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
              **options: Unpack[OptimizeOptions]) -> Result:
     """Evolve the seed candidate's texts to score better under `metric`, within `budget` rollouts.
 
-    `program(candidate, example, ctx)` runs the user's system (default: the seed's one instruction as the
-    system prompt, the example's input as the user message); `valset` defaults to the trainset. `callbacks`:
-    one callable or a list, each called with every event (a typed dataclass: see gepetto.events). The options
-    of the loop (`EngineOptions`: budget, seed, minibatch_size, max_concurrency, merge, time_limit, patience,
-    target_score, stop_file, max_lm_failures, component_descriptions, executor, ...; EngineConfig documents
-    each) come from `config` (an EngineConfig; default: EngineConfig()) with each keyword argument given (not
-    None) in place. An unknown name or a bad value raises a ConfigError. Ctrl-C or SIGTERM returns the best so
-    far; `Result.stop_reason` (a gepetto.StopReason) says why the run stopped.
+    Every option of the loop (`EngineOptions`: budget, seed, minibatch_size, max_concurrency, merge, time_limit,
+    patience, target_score, stop_file, max_lm_failures, component_descriptions, executor, ...; EngineConfig
+    documents each) comes from `config` with each keyword given (not None) in its place. The strategies
+    (`parent_selector`, `component_selector`, `minibatch_sampler`, `proposer`, `accept`, `fewshot`, `validation`,
+    `merge`, `executor`) take a spec, a built-in name with its parameters ("epsilon-greedy(epsilon=0.2)",
+    "edit(rules=3)"), a built-in object (`gepetto.strategies.Edit(rules=3)`) or, for the first five, an object of
+    your own (docs/strategies.md). Ctrl-C or SIGTERM returns the best so far.
 
-    The strategies (`parent_selector`, `component_selector`, `minibatch_sampler`, `proposer`, `accept`,
-    `fewshot`, `validation`, `merge`, `executor`) take a spec, a built-in name with its parameters
-    ("epsilon-greedy(epsilon=0.2)", "edit(rules=3)", ...), a built-in object (`gepetto.strategies.Edit(rules=3)`)
-    or, for the first five, an object of your own (docs/strategies.md); `stop`: stop conditions to add to the
-    config's (callables of the run status, or "sigterm"/"sigint"). `max_cost_usd` stops the run once its LM
-    calls cost that much by `prices`.
+    Args:
+        seed_candidate: The texts to evolve: one instruction (a str), or a mapping of component names to texts.
+        trainset: Examples (gepetto.Example, or mappings of inputs with a "gold") that reflection learns from.
+        metric: `(example, output, trace) -> Score | float`, a score in [0, 1]; a Score's feedback sentence is what
+            the reflection LM reads.
+        **options: `RunOptions`, `EngineOptions` and these:
+            `valset` (default: the trainset), `program` (default: the seed's one instruction as the system
+            prompt, the example's input as the user message), `task_lm` and `reflection_lm` (names or LM objects;
+            default: the embedded models), `callbacks` (called with every typed event, gepetto.events), `stop`
+            (stop conditions added to the config's), `storage` (a SQLite file or a database URL: every rollout,
+            reflection answer and candidate kept under the name `run`, and the same `run` resumed exactly; a
+            changed seed, examples or path-changing option is refused), `cache` (the LM response cache,
+            docs/runs.md), `tracking` ("mlflow" or a tracker object), `progress` (the live display on stderr;
+            default: on when stderr is a terminal), `preset` ("light", "medium", "heavy": a budget sized to the
+            task, unless `budget` is given).
 
-    `storage` (a SQLite file, e.g. "gepetto.sqlite", or a database URL a team shares, "postgresql://user@host/db")
-    keeps every rollout, reflection answer and candidate in the run store under the name `run` (default:
-    generated), where `gepetto runs/show/report/export` see it; calling again with the same `run` resumes it
-    exactly, and a changed seed, examples or path-changing option is refused with a ConfigError (the budget may
-    grow). `cache`: the LM response cache (docs/runs.md).
-    `tracking="mlflow"` also logs the run to MLflow (params, metrics per iteration, best candidate, report;
-    docs/integrations.md), or give a tracker object (gepetto.tracking); it is called after `callbacks`.
+    Returns:
+        The Result: `best_candidate`, `best_score` (validation), `candidates` with lineage and scores, the ledger
+        of LM costs per role, and `stop_reason` (a gepetto.StopReason) with `stop_message`, why the run stopped.
 
-    `progress`: the live display of the command line (rollouts, best score, ETA, a line per new candidate) on
-    stderr; default: on when stderr is a terminal (None), `False` for none. `preset` ("light", "medium",
-    "heavy"; gepetto.presets) sizes `budget` to the task (its validation set and components), unless a budget
-    is given.
+    Raises:
+        ConfigError: An unknown option or a bad value, named; a stored run resumed with other inputs; an LM that
+            cannot be built or reached (checked before anything is paid).
+        MetricError: The metric fails on every seed rollout (`gepetto check` shows where).
+
+    Example:
+        ```python
+        import gepetto
+        from gepetto.testing import sim
+
+        task = sim.task(n_train=6, n_val=6)
+        result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm="sim:task", reflection_lm="sim:reflection",
+                                  budget=60, progress=False)
+        print(result.summary())
+        ```
     """
     return asyncio.run(_optimize(seed_candidate, trainset, metric, options, own_loop=True))
 
