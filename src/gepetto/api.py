@@ -398,9 +398,34 @@ async def evaluate_async(
 ) -> Evaluation:
     """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout.
 
-    `max_concurrency`, `task_lm_params` and `rollout_timeout` are the EngineConfig options of that name (from
-    `config`, default EngineConfig()). A program or metric error scores 0, as does a rollout longer than
-    `rollout_timeout` seconds; an LM that gives no answer at all raises `LMUnavailable` instead.
+    Args:
+        candidate: The texts to run: one instruction (a str), a mapping of components, or a Candidate (e.g. a
+            Result's `best_candidate`).
+        examples: The examples to score it on (e.g. a held-out test set).
+        metric: `(example, output, trace) -> Score | float`, as for `optimize`.
+        program: The program that runs the candidate (default: its one instruction as the system prompt).
+        task_lm: The LM the program calls (a name or an LM object; default: the embedded 0.5B).
+        config: An EngineConfig (or a mapping of its options) for the three below; default EngineConfig().
+        max_concurrency: Rollouts at once.
+        task_lm_params: Parameters of every task LM call (temperature, max_tokens, ...).
+        rollout_timeout: Seconds a rollout (program and metric) may take; a longer one scores 0.
+
+    Returns:
+        An Evaluation: `mean`, `rollouts` (each with its score, feedback, output and trace) and `scores` by
+        example id. A program or metric error scores that rollout 0, with the error as feedback.
+
+    Raises:
+        LMUnavailable: The LM gives no answer at all (not a verdict on the candidate).
+
+    Example:
+        ```python
+        from gepetto import evaluate
+        from gepetto.testing import sim
+
+        task = sim.task(n_train=6, n_val=6)
+        ev = evaluate(task.seed_candidate, task.valset, task.metric, program=task.program, task_lm="sim:task")
+        print(f"{ev.mean:.3f} over {len(ev.rollouts)} examples")
+        ```
     """
     cfg = engine_config(config, {"max_concurrency": max_concurrency, "task_lm_params": task_lm_params,
                                  "rollout_timeout": rollout_timeout})
