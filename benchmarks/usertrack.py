@@ -282,6 +282,7 @@ def locked(name: str, storage: Path, log: Path, label: str = "") -> list[dict[st
     task = task_of(name, "locked")
     rows = read_log(log)
     looked = {r.get("key") for r in rows if r["kind"] == "locked" and r["task"] == name}
+    looked.add(_key(dict(task.seed_candidate)))  # the seed prompt returned: its baseline is its score (`family`)
     out = []
     if not any(r["kind"] == "locked-baselines" and r["task"] == name for r in rows):
         out.append({**baselines(name, storage, "locked"), "kind": "locked-baselines", "first_look": True})
