@@ -318,13 +318,23 @@ def _closed(xs: list[float], seed: float | None, expert: float | None) -> str:
     return f"{(statistics.mean(xs) - seed) / (expert - seed):+.0%}"
 
 
+def _locked_scores(rows: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """Each (task, candidate key) scored on the locked split; a run that returned the seed prompt has the seed's
+    baseline there (`locked` does not score it again)."""
+    scores = {(r["task"], r["key"]): r["locked_test"] for r in rows if r["kind"] == "locked"}
+    for r in rows:
+        if r["kind"] == "locked-baselines" and r.get("seed") is not None:
+            scores.setdefault((r["task"], _key(dict(task_of(r["task"], "dev").seed_candidate))), r["seed"])
+    return scores
+
+
 def table(log: Path) -> str:
     """One table per task: trivial, seed and expert, then each system's best candidates, on the dev test split and
     on the locked split (where it was scored: first look or not), with the proposals' outcomes."""
     rows = read_log(log)
     dev = {r["task"]: r for r in rows if r["kind"] == "baselines"}
     lock = {r["task"]: r for r in rows if r["kind"] == "locked-baselines"}
-    locked_of = {(r["task"], r["key"]): r["locked_test"] for r in rows if r["kind"] == "locked"}
+    locked_of = _locked_scores(rows)
     systems: dict[str, dict[str, list[dict[str, Any]]]] = {}
     # a run re-chosen by `reselect` is shown once, as re-chosen (the same stored run: name, rollouts and seconds)
     rechosen = {(r["run"], r["rollouts"], r["seconds"]): i for i, r in enumerate(rows) if r.get("reselected")}
@@ -401,13 +411,12 @@ def family(log: Path, tasks: list[str], labels: list[str]) -> str:
     before), gepa; dev and locked test (locked: first look when the variant's candidates were scored there), the
     share of the seed-to-expert gap closed, and the proposal outcomes summed over the seeds."""
     rows = read_log(log)
+    scores = _locked_scores(rows)
     out = []
     for task in tasks:
         dev = next((r for r in rows if r["kind"] == "baselines" and r["task"] == task), {})
         lock = next((r for r in rows if r["kind"] == "locked-baselines" and r["task"] == task), {})
-        locked_of = {r["key"]: r["locked_test"] for r in rows if r["kind"] == "locked" and r["task"] == task}
-        if lock.get("seed") is not None:  # a run that returned the seed prompt scores the seed's baseline there
-            locked_of.setdefault(_key(dict(task_of(task, "dev").seed_candidate)), lock["seed"])
+        locked_of = {key: score for (t, key), score in scores.items() if t == task}
         out.append(f"\n### {task}\n")
         out.append("| | dev test | gap closed | locked test | gap closed | runs: val seed -> best, rollouts |")
         out.append("|---|---:|---:|---:|---:|---|")
