@@ -71,4 +71,4 @@ def test_the_executor_is_a_config_field_and_a_cli_option():
 
     assert "executor" in EngineConfig.model_fields and set(EngineConfig.model_fields) <= set(RunConfig.model_fields)
     shown = CliRunner().invoke(app, ["optimize", "--help"], env={"COLUMNS": "200"}).output
-    assert "--executor" in shown and "ray(address=...)" in shown
+    assert "--executor" in shown and "ray(address=null)" in shown
