@@ -329,7 +329,8 @@ def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
     (`parent_selector`, `component_selector`, `minibatch_sampler`, `proposer`, `accept`, `fewshot`, `validation`,
     `merge`, `executor`) take a spec, a built-in name with its parameters ("epsilon-greedy(epsilon=0.2)",
     "edit(rules=3)"), a built-in object (`gepetto.strategies.Edit(rules=3)`) or, for the first five, an object of
-    your own (docs/strategies.md). Ctrl-C or SIGTERM returns the best so far.
+    your own (docs/strategies.md). `max_cost_usd` stops the run once its LM calls cost that much by `prices`; a
+    stored run resumed may be given a larger budget. Ctrl-C or SIGTERM returns the best so far.
 
     Args:
         seed_candidate: The texts to evolve: one instruction (a str), or a mapping of component names to texts.
