@@ -322,9 +322,9 @@ def _locked_scores(rows: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
     """Each (task, candidate key) scored on the locked split; a run that returned the seed prompt has the seed's
     baseline there (`locked` does not score it again)."""
     scores = {(r["task"], r["key"]): r["locked_test"] for r in rows if r["kind"] == "locked"}
-    for r in rows:
-        if r["kind"] == "locked-baselines" and r.get("seed") is not None:
-            scores.setdefault((r["task"], _key(dict(task_of(r["task"], "dev").seed_candidate))), r["seed"])
+    seeds = {r["task"]: r["seed"] for r in rows if r["kind"] == "locked-baselines" and r.get("seed") is not None}
+    for task, seed in seeds.items():  # one task load each, however many baseline rows it has
+        scores.setdefault((task, _key(dict(task_of(task, "dev").seed_candidate))), seed)
     return scores
 
 
