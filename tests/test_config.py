@@ -238,7 +238,7 @@ def test_a_run_stored_without_demonstrations_resumes_without_them(cli):
     assert more.exit_code == 0, more.output
     assert RunStore("s.sqlite").get_run("r").config["fewshot"] == "off"
     from gepetto.engine.proposers import FewShot
-    from gepetto.engine.strategies import resolve
+    from gepetto.parts import resolve
 
     assert EngineConfig(fewshot=0).fewshot == EngineConfig(fewshot="0").fewshot == "fewshot(k=0)"
     assert EngineConfig(fewshot=False).fewshot == "off"  # (YAML reads `fewshot: off` as false)

@@ -315,7 +315,7 @@ def test_a_rewrite_keeps_the_demonstrations_and_is_no_echo_of_them(fewshot):
 def test_a_proposer_of_ones_own_gets_demonstrations_beside_it():
     from gepetto.config import EngineConfig
     from gepetto.engine.proposers import Proposer
-    from gepetto.engine.strategies import resolve
+    from gepetto.parts import resolve
 
     class Mine(Proposer):
         async def propose(self, request):

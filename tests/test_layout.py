@@ -87,11 +87,12 @@ LAYERS = [
     ("lm", ["gepetto.lm"]),
     ("program", ["gepetto.program"]),
     ("tasks and test doubles", ["gepetto.tasks", "gepetto.usertask", "gepetto.testing"]),
-    ("config", ["gepetto.specs", "gepetto.config", "gepetto.presets"]),
+    ("specs", ["gepetto.specs"]),
     ("engine", ["gepetto.engine", "gepetto.events", "gepetto.strategies"]),
+    ("config", ["gepetto.config", "gepetto.presets"]),
     ("services", ["gepetto.store", "gepetto.report", "gepetto.progress", "gepetto.tracking",
                   "gepetto.integrations.mlflow", "gepetto.integrations.ray"]),
-    ("assembly", ["gepetto.assembly"]),
+    ("assembly", ["gepetto.assembly", "gepetto.parts"]),
     ("runner", ["gepetto.runner"]),
     ("api", ["gepetto.api", "gepetto.evaluation"]),
     ("cli and adapters", ["gepetto.cli", "gepetto.check", "gepetto.integrations.dspy",
@@ -139,7 +140,7 @@ def layer(name: str) -> int:
 
 def test_each_module_has_a_layer_and_the_order_is_the_design():
     names = [title for title, _ in LAYERS]
-    order = ["cli and adapters", "api", "runner", "assembly", "engine", "program", "lm", "types"]
+    order = ["cli and adapters", "api", "runner", "assembly", "config", "engine", "specs", "program", "lm", "types"]
     assert sorted(order, key=names.index, reverse=True) == order  # cli -> api -> runner -> ... -> types
     unplaced = sorted(m for m in MODULES if LAYERS[layer(m)][0] == "package" and m not in LAYERS[-1][1])
     assert not unplaced, f"put these modules in a layer of LAYERS: {unplaced}"
@@ -184,8 +185,13 @@ def test_no_import_cycle():
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
-def test_config_imports_nothing_from_the_engine():
-    assert not {d for d in dependencies("gepetto.config") if layer(d) >= layer("gepetto.engine")}
+def test_the_engine_takes_built_parts_and_reads_no_configuration():
+    """The engine imports nothing from the configuration layer (options, CLI groups, help, default LM names):
+    `gepetto.parts` builds its parts from an EngineConfig and it reads the options through `engine.options`."""
+    engine = [m for m in MODULES if m.startswith("gepetto.engine.")]
+    assert len(engine) > 10
+    reads = sorted(f"{m} imports {d}" for m in engine for d in dependencies(m) if layer(d) >= layer("gepetto.config"))
+    assert not reads, reads
 
 
 def test_one_version_and_the_package_files():
@@ -223,3 +229,20 @@ def test_ci_installs_what_the_readme_says_with_the_integration_extras():
     assert {"dev", "ray", "mlflow", "dspy"} <= extras
     declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert extras <= set(declared)
+
+
+def test_the_readme_draws_the_layers_in_their_order():
+    """The README's layout lists the package's modules top layer first, as LAYERS has them (each line's first
+    name: a module `x.py` or a folder `x/`); a module moved to another layer moves in the drawing too."""
+    readme = (SRC.parent.parent / "README.md").read_text()
+    block = readme.split("src/gepetto/      layers", 1)[1].split("\nexamples/", 1)[0]
+    ranks = []
+    for line in block.splitlines()[1:]:
+        first = line.split()[0] if line.startswith("  ") and not line.startswith("   ") else ""
+        name = first.removesuffix(".py").removesuffix("/")
+        if name and name != "integrations":  # (optional extras: each in the layer of what it serves)
+            module = f"gepetto.{name}"
+            assert module in MODULES, f"the README draws {first}, which is no module of src/gepetto"
+            ranks.append((layer(module), first))
+    assert len(ranks) >= 12
+    assert [r for r, _ in ranks] == sorted((r for r, _ in ranks), reverse=True), ranks

@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 
+import gepetto
 from gepetto.config import SPECS, ConfigError, EngineConfig, load_config
-from gepetto.engine.loop import Engine
 from gepetto.engine.proposers import Edit, FewShot
 from gepetto.engine.racing import Racing
 from gepetto.engine.strategies import EpsilonGreedy, Paired
@@ -90,13 +90,16 @@ def test_a_built_in_object_given_to_an_engine_is_made_for_its_run():
     """A strategy object of the built-ins (not a spec) given to the engine is bound to the run's options, as the
     one its spec names would be: its test size follows the run's minibatch."""
     task = sim.task(kinds=4)
-    engine = Engine(task.program, task.metric, task.seed_candidate, task.trainset, task.valset, sim.SimTaskLM(),
-                    ScriptedLM(lambda m, p: "<rule></rule>"), EngineConfig(budget=60, minibatch_size=4, fewshot=0),
-                    strategies={"proposer": Edit(rules=2, gate_solved=1), "parent_selector": EpsilonGreedy(0.0)})
+    engine = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm=sim.SimTaskLM(),
+                                  reflection_lm=ScriptedLM(lambda m, p: "<rule></rule>"),
+                                  config=EngineConfig(budget=60, minibatch_size=4, fewshot=0),
+                                  proposer=Edit(rules=2, gate_solved=1), parent_selector=EpsilonGreedy(0.0))
     proposer = engine.strategies.proposer
     assert isinstance(proposer, Edit) and proposer.test_size == 4 + 1 and engine.plan.child_test == 5
     result = asyncio.run(engine.run())
     assert result.rollouts_used <= 60
-    wrapped = Engine(task.program, task.metric, task.seed_candidate, task.trainset, task.valset, sim.SimTaskLM(),
-                     sim.SimReflectionLM(), EngineConfig(budget=60, fewshot=2), strategies={"proposer": Edit()})
+    wrapped = gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                   program=task.program, task_lm=sim.SimTaskLM(), reflection_lm=sim.SimReflectionLM(),
+                                   config=EngineConfig(budget=60, fewshot=2), proposer=Edit())
     assert isinstance(wrapped.strategies.proposer, FewShot) and wrapped.strategies.proposer.test_size == 3 + 3

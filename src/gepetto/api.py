@@ -247,7 +247,7 @@ def _engine_tracking(engine: Engine, metric: Metric, args: Mapping[str, Any]) ->
     params = {"task": label(program if program is not None else metric).removeprefix(PYTHON),
               "task_lm": lm_label(args["task_lm"]), "reflection_lm": lm_label(args["reflection_lm"]),
               "n_train": len(engine.trainset), "n_val": len(engine.valset), "components": engine.components,
-              **engine.config.model_dump()}
+              **(engine.config.model_dump() if isinstance(engine.config, EngineConfig) else {})}
     return {"name": None, "params": params, "ledger": engine.state.ledger}
 
 

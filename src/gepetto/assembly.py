@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from gepetto.config import ENGINE_FIELDS, PYTHON, STRATEGIES, ConfigError, EngineConfig
 from gepetto.engine import stopping
 from gepetto.engine.executors import aclose_executor
-from gepetto.engine.loop import Engine
+from gepetto.engine.loop import Engine, check_inputs
 from gepetto.engine.strategies import builtin_spec, label
 from gepetto.events import Callbacks, Event, Result, StopReason, as_callbacks
 from gepetto.lm.base import LM, LMConfigError, RedactingLM, aclose_lm, check_endpoints
+from gepetto.parts import build_parts
 from gepetto.program import Metric, Program, single_instruction
 from gepetto.types import Candidate, Example
 
@@ -116,7 +117,8 @@ def assemble_engine(
     strategies: Mapping[str, Any],
     stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None,
 ) -> Engine:
-    """The engine for these inputs, with `config` complete and `strategies` the objects given (by option)."""
+    """The engine for these inputs, its parts built from `config` (complete) and `strategies`, the objects given
+    (by option)."""
     seed_cand, program = candidate_and_program(seed_candidate, program)
     train = as_examples(trainset)
     val = as_examples(valset) if valset is not None else train
@@ -133,9 +135,10 @@ def assemble_engine(
         for callback in observers:
             callback(clean)
 
-    return Engine(program, metric, seed_cand, train, val, task, reflection, config,
-                  callbacks=[redacted] if observers else None, rollout_store=rollout_store, ledger=ledger,
-                  strategies=strategies, stop=stop)
+    check_inputs(seed_cand, train, val, config)  # the user's mistakes first, then the parts' own
+    options, parts = build_parts(config, strategies, train, val, stop)
+    return Engine(program, metric, seed_cand, train, val, task, reflection, options, parts,
+                  callbacks=[redacted] if observers else None, rollout_store=rollout_store, ledger=ledger)
 
 
 STOP_SIGNALS = {signal.SIGINT: StopReason.INTERRUPTED, signal.SIGTERM: StopReason.SIGTERM}

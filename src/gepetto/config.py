@@ -17,8 +17,9 @@ from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from gepetto.engine.proposers import REWRITE_TEMPERATURES, RULE_TEMPERATURES
 from gepetto.program import Executor
-from gepetto.specs import ConfigError, canonical, format_spec, is_builtin, parse_spec
+from gepetto.specs import PYTHON, ConfigError, canonical, format_spec, is_builtin, parse_spec
 
 ProposerName = Literal["auto", "edit", "rewrite"]
 AUTO = "auto"  # a strategy the run's route chooses (engine/route.py)
@@ -39,13 +40,7 @@ RESUMABLE_CHANGES = frozenset({"budget", "time_limit", "patience", "target_score
 # options of one session, never stored with a run (a stop file stops this session only; each session of a tracked
 # run is tracked as its own run, and only when asked for)
 SESSION_ONLY = frozenset({"stop_file", "tracking"})
-# prefix of a task, an LM or a strategy that is a Python object given to gepetto.optimize() (not loadable from a
-# name): `python:MODULE:QUALNAME`
-PYTHON = "python:"
 FEWSHOT = 4  # the built-in proposers' demonstrations per component when the few-shot spec does not set k
-# the default `reflection_temperatures` of each kind of request (engine/proposers.py): a whole rewrite sampled,
-# since a small model answering greedily copies the seed back, and a rule greedy first (docs/design-notes.md)
-REWRITE_TEMPERATURES, RULE_TEMPERATURES = (1.0,), (0.0, 0.7, 1.0)
 
 
 def implicit_defaults() -> dict[str, Any]:

@@ -21,6 +21,10 @@ from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+# prefix of a task, an LM or a strategy that is a Python object given to gepetto.optimize() (not loadable from a
+# name): `python:MODULE:QUALNAME`
+PYTHON = "python:"
+
 K = TypeVar("K", bound="Knobs")
 _LITERAL_NAMES = {"true": True, "false": False, "null": None, "none": None}  # as YAML and JSON write them
 

@@ -15,19 +15,18 @@ import copy
 import functools
 import random
 import time
-import warnings
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from gepetto import events as ev
-from gepetto.config import AUTO, ConfigError, EngineConfig
 from gepetto.engine import answers, racing, route, stopping
-from gepetto.engine.executors import Executor, make_executor
+from gepetto.engine.executors import Executor
 from gepetto.engine.merge import Merge, find_merge, merge_chance
+from gepetto.engine.options import Options
 from gepetto.engine.proposers import ProposalRequest, as_proposal, over_length
 from gepetto.engine.racing import Racing
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
@@ -36,7 +35,7 @@ from gepetto.events import Outcome, Result, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
 from gepetto.program import Metric, Program, Rollout, TraceEntry, check_metric, verdict
-from gepetto.specs import build
+from gepetto.specs import ConfigError
 from gepetto.types import Candidate, Example, Score
 
 T = TypeVar("T")
@@ -44,6 +43,32 @@ T = TypeVar("T")
 # format (config.RUN_FORMAT), whose stored runs the older gepetto refuses to resume and the other way round
 PROPOSAL_RNG = "{seed}:{iteration}:proposal"
 OPENING_CHUNK = 5  # validation examples an opening runs between two looks at whether it is behind the seed
+
+
+# the options and strategies of the route chosen after the seed's validation, and the route as settled
+Settle = Callable[[route.Route], tuple[Options, Strategies, route.Route]]
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The built parts of one engine.
+
+    Args:
+        strategies: the decisions of the loop (parent, components, minibatch, proposer, acceptance).
+        executor: where rollouts run.
+        stop_conditions: when the run ends, besides its budget.
+        merge: the merge of lineages, None when off.
+        racing: validation by racing, None for full validation.
+        settle: for a run whose strategies follow the route (`engine/route.py`), what a chosen route makes of
+            the options and strategies; None when they are settled already.
+    """
+
+    strategies: Strategies
+    executor: Executor
+    stop_conditions: Sequence[stopping.StopCondition]
+    merge: Merge | None = None
+    racing: Racing | None = None
+    settle: Settle | None = None
 
 
 class RolloutStore(Protocol):
@@ -131,8 +156,9 @@ class _Services:
 class Engine:
     """Runs one optimisation. Construct, then `await engine.run()`; `request_stop()` ends it gracefully.
 
-    `strategies`: objects for some of the strategy options (by name: parent_selector, ..., proposer, accept), in
-    place of the built-ins the config names; `stop`: stop conditions in addition to the config's.
+    Takes built parts (`gepetto.build_engine` builds them from an `EngineConfig`: `gepetto.parts`): `options`, what the
+    loop reads of the run's configuration; `parts`, the strategies, executor, stop conditions, merge and racing,
+    and for a run whose strategies follow the route, what a chosen route makes of them.
     """
 
     def __init__(
@@ -144,41 +170,30 @@ class Engine:
         valset: Sequence[Example],
         task_lm: LM,
         reflection_lm: LM,
-        config: EngineConfig | None = None,
+        options: Options,
+        parts: Parts,
         *,
         callbacks: ev.Callbacks = None,
         rollout_store: RolloutStore | None = None,
         ledger: Ledger | None = None,
-        strategies: Mapping[str, Any] | None = None,
-        stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None,
     ) -> None:
-        cfg = config or EngineConfig()
-        _check_inputs(seed_candidate, trainset, valset, cfg)
-        cfg = _fewshot_set(cfg, trainset, valset)
-        # "auto" strategies follow the route the seed's validation shows (`_settle_route`); a proposer given
-        # explicitly settles the options left to the route as they were before routes existed
-        self._routed = cfg.proposer_name == AUTO and (strategies or {}).get("proposer") is None
-        self._asked = cfg  # (the auto proposer's parameters, for the warning once the route is settled)
-        if not self._routed:
-            cfg = route.settle(cfg, route.GIVEN)[0]
-        self.config = cfg
-        merge, racing_ = build("merge", cfg.merge), build("validation", cfg.validation)
-        self.merge: Merge | None = merge if isinstance(merge, Merge) else None
-        self.racing: Racing | None = racing_ if isinstance(racing_, Racing) else None
-        self._given_strategies = dict(strategies or {})
+        check_inputs(seed_candidate, trainset, valset, options)
+        self.config = options
+        self.merge, self.racing = parts.merge, parts.racing
+        self._settle: Settle | None = parts.settle  # (None: the strategies are settled already)
         self.program, self.metric, self.seed = program, metric, seed_candidate
         self.trainset, self.valset = list(trainset), list(valset)
-        self.components = list(cfg.components or seed_candidate.keys())
-        self.state = RunState([e.id for e in valset], cfg.budget, ledger=ledger or Ledger())
-        self.state.ledger.prices = self.state.ledger.prices or dict(cfg.prices)
+        self.components = list(options.components or seed_candidate.keys())
+        self.state = RunState([e.id for e in valset], options.budget, ledger=ledger or Ledger())
+        self.state.ledger.prices = self.state.ledger.prices or dict(options.prices)
         self.task_lm = MeteredLM(task_lm, self.state.ledger, "task")
         self.reflection_lm = MeteredLM(reflection_lm, self.state.ledger, "reflection")
-        _check_prices(cfg, self.state.ledger, (task_lm.name, reflection_lm.name))
+        _check_prices(options, self.state.ledger, (task_lm.name, reflection_lm.name))
         self.callbacks = ev.as_callbacks(callbacks)  # each is called with every event (gepetto.events)
         self.rollout_store = rollout_store
-        self.executor: Executor = make_executor(cfg.executor, cfg)
-        self.strategies = Strategies.resolve(cfg, strategies)
-        self.stop_conditions = [*stopping.from_config(cfg, len(self.trainset)), *stopping.as_conditions(stop)]
+        self.executor: Executor = parts.executor
+        self.strategies = parts.strategies
+        self.stop_conditions = list(parts.stop_conditions)
         self.plan: BudgetPlan = self._budget_plan()
         self.route: route.Route | None = None  # settled after the seed's validation
         self._stop: Stop | None = None
@@ -264,18 +279,13 @@ class Engine:
         runs = [r for e in self.valset if (r := st.known(self.seed, e.id)) is not None]
         st.answers = answers.from_golds(self.trainset, self.valset) or answers.from_outputs(runs, cfg.perfect_score)
         st.answering = route.answering(self.components, runs) if st.answers is not None else ()
-        if self._routed:
+        if self._settle is not None:
             chosen = route.choose(st.answers, st.answering, runs, one_component=cfg.component_selector != "all")
-            self.config, self.route = route.settle(cfg, chosen)
-            self.strategies = Strategies.resolve(self.config, self._given_strategies)
+            self.config, self.strategies, self.route = self._settle(chosen)
             self._emit(ev.RouteChosen(self.route.name, self.route.reason, dict(self.route.settings)))
             plan, self.plan = self.plan, self._budget_plan()
             if self.plan != plan:  # the route's proposer tests its children on more examples
                 self._emit(ev.PlanMade(self.plan))
-        idle = route.idle_options(self._asked, self.config)
-        if idle:
-            warnings.warn(f"{', '.join(idle)} {'has' if len(idle) == 1 else 'have'} no effect with the "
-                          f"{self.config.proposer_name} proposer the route chose", RuntimeWarning, stacklevel=2)
 
     def _emit(self, event: ev.Event) -> None:
         for callback in self.callbacks:
@@ -891,7 +901,7 @@ def _unanswered(example: Example, exc: LMUnavailable) -> Rollout:
                                      f"the others, so it scored 0. Error: {msg}"), error=msg, stage="program")
 
 
-def _check_prices(cfg: EngineConfig, ledger: Ledger, names: Sequence[str]) -> None:
+def _check_prices(cfg: Options, ledger: Ledger, names: Sequence[str]) -> None:
     """A spend limit needs prices of the LMs it spends on: without them the ledger counts $0 and it never stops."""
     if cfg.max_cost_usd is not None and not any(n in ledger.prices for n in names):
         raise ConfigError(f"max_cost_usd={cfg.max_cost_usd:g} needs prices (dollars per million input and output "
@@ -900,16 +910,7 @@ def _check_prices(cfg: EngineConfig, ledger: Ledger, names: Sequence[str]) -> No
                           f"(prices given: {sorted(ledger.prices) or 'none'})")
 
 
-def _fewshot_set(cfg: EngineConfig, trainset: Sequence[Example], valset: Sequence[Example]) -> EngineConfig:
-    """The few-shot spec's `k` not set: the built-in proposers show demonstrations (config.FEWSHOT) when some
-    training example is not also a validation example, none otherwise (one would be scored with its own answer in
-    its prompt); only an explicit `k` warns about that (FewShot._sources)."""
-    if cfg.fewshot_k is not None or {e.id for e in trainset} - {e.id for e in valset}:
-        return cfg
-    return cfg.model_copy(update={"fewshot": "off"})
-
-
-def _check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Example], cfg: EngineConfig) -> None:
+def check_inputs(seed: Candidate, train: Sequence[Example], val: Sequence[Example], cfg: Options) -> None:
     """Errors a user can cause, said once and clearly, before anything is paid for."""
     if not isinstance(seed, Candidate):
         raise TypeError("seed_candidate must be a gepetto.Candidate (or a dict passed to optimize())")

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gepetto import events as ev
-from gepetto.config import REWRITE_TEMPERATURES, RULE_TEMPERATURES, EngineConfig
 from gepetto.engine import demos, edits
 from gepetto.engine.answers import Diagnosis
 from gepetto.engine.minibatch import EpochShuffled
+from gepetto.engine.options import Options
 from gepetto.engine.reflect import (
     CLOSE_TAG,
     ReflectionExample,
@@ -52,6 +52,9 @@ from gepetto.program import Rollout, TraceEntry
 from gepetto.specs import ConfigError, Knobs, builtin, knob
 from gepetto.types import Candidate, Example, Score
 
+# the default `reflection_temperatures` of each kind of request: a whole rewrite sampled, since a small model
+# answering greedily copies the seed back, and a rule greedy first (docs/design-notes.md)
+REWRITE_TEMPERATURES, RULE_TEMPERATURES = (1.0,), (0.0, 0.7, 1.0)
 # what the built-in proposers remember in `state.memory`
 # {(candidate id, component): {failure pattern: the rules tried for it that did not help}}
 RULES_TRIED: MemoryKey[dict[tuple[str, str], dict[str, list[str]]]] = MemoryKey("edit.rules_tried", dict)
@@ -103,7 +106,7 @@ class ProposalRequest:
     runs: list[Rollout]  # the parent's rollouts on `examples`, in the same order
     iteration: int
     rng: random.Random  # this proposal's own, seeded by the run's seed and the iteration
-    config: EngineConfig
+    config: Options
     state: RunState  # read it; write only `state.memory`
     trainset: Sequence[Example]
     services: ProposalServices
@@ -167,7 +170,7 @@ class Proposer:
         that a proposer around it (few-shot's) leaves it to this one."""
         return False
 
-    def openings(self, seed: Candidate, components: Sequence[str], config: EngineConfig, rng: random.Random
+    def openings(self, seed: Candidate, components: Sequence[str], config: Options, rng: random.Random
                  ) -> list[Proposal]:
         """Children of the seed to try before the search, written with no LM call (the rewrite proposer's trims).
         The loop runs each on the validation examples in chunks, cuts it once it is behind the seed and adds it to
@@ -223,13 +226,13 @@ def diagnose(request: ProposalRequest) -> Diagnosis:
     return Diagnosis(request.state.answers, {e.id: e for e in request.trainset})
 
 
-def parts(cfg: EngineConfig, text: str) -> tuple[str, list[demos.Demo]]:
+def parts(cfg: Options, text: str) -> tuple[str, list[demos.Demo]]:
     """(instruction, demonstrations) of a component's text: reflection sees and changes only the instruction
     (with no demonstrations, the whole text is the instruction)."""
     return demos.split(text) if cfg.demonstrations else (text, [])
 
 
-def over_length(cfg: EngineConfig, candidate: Candidate) -> bool:
+def over_length(cfg: Options, candidate: Candidate) -> bool:
     """Whether an instruction part of `candidate` is longer than `max_component_chars` (described components,
     artifacts, are not instructions and have no length budget)."""
     limit, described = cfg.max_component_chars, cfg.component_descriptions or {}
@@ -238,7 +241,7 @@ def over_length(cfg: EngineConfig, candidate: Candidate) -> bool:
     return any(len(parts(cfg, text)[0]) > limit for name, text in candidate.items() if name not in described)
 
 
-def temperature(cfg: EngineConfig, attempt: int, default: Sequence[float]) -> float:
+def temperature(cfg: Options, attempt: int, default: Sequence[float]) -> float:
     """The temperature of reflection attempt `attempt` (from 0): `reflection_temperatures`, else `default`; the
     last one repeats."""
     temps = list(cfg.reflection_temperatures if cfg.reflection_temperatures is not None else default) or [0.0]
@@ -325,7 +328,7 @@ class Rewrite(Knobs, Proposer):
                 texts[component] = text
         return texts or None
 
-    def openings(self, seed: Candidate, components: Sequence[str], config: EngineConfig, rng: random.Random
+    def openings(self, seed: Candidate, components: Sequence[str], config: Options, rng: random.Random
                  ) -> list[Proposal]:
         """Trims: per component, the seed's instruction without one of its units, for up to `trim` units drawn by
         `rng` (none for an artifact or a one-unit instruction). A user's seed is short and may say something that
@@ -403,7 +406,7 @@ class Edit(Knobs, Proposer):
     rule_max_tokens: int = knob(90, "Longest rule answer (tokens).", ge=1)
     max_tokens: int = knob(700, "An artifact's whole rewrite: its longest answer (tokens).", ge=1)
     prompt_chars: int = knob(6000, "An artifact's whole rewrite: its longest prompt (characters).", ge=1)
-    config: Any = field(default=None, repr=False, compare=False)  # the run's EngineConfig (`bind`)
+    config: Any = field(default=None, repr=False, compare=False)  # the run's options (`bind`)
 
     def bind(self, config: Any) -> Edit:
         return replace(self, config=config)
@@ -718,7 +721,7 @@ class FewShot(Knobs, Proposer):
                              "metric scores that answer perfect); unset: with whole rewrites (open answers), not with "
                              "rule edits (labels, which the task LM's solved answers show).")
     inner: Proposer | None = field(default=None, repr=False, compare=False)  # the other proposer (`around`)
-    config: Any = field(default=None, repr=False, compare=False)  # the run's EngineConfig (`bind`)
+    config: Any = field(default=None, repr=False, compare=False)  # the run's options (`bind`)
     _warned: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
     _verdicts: dict[tuple[str, str], bool] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -753,7 +756,7 @@ class FewShot(Knobs, Proposer):
     def drafts(self, request: ProposalRequest) -> bool:
         return self._inner.drafts(request)
 
-    def openings(self, seed: Candidate, components: Sequence[str], config: EngineConfig, rng: random.Random
+    def openings(self, seed: Candidate, components: Sequence[str], config: Options, rng: random.Random
                  ) -> list[Proposal]:
         return self._inner.openings(seed, components, config, rng)
 

@@ -18,21 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gepetto.config import AUTO, EngineConfig
 from gepetto.engine.answers import AnswerSet, normal
 from gepetto.program import Rollout
-from gepetto.specs import canonical, format_spec, knob_fields, parse_spec, strategy_class
 
-# what each route sets among the strategies left to it (specs)
-ROUTES: dict[str, dict[str, str]] = {
-    "labels": {"proposer": "edit(rules=3, definitions=60)", "parent_selector": "current-best"},
-    "rewrite": {"proposer": "rewrite", "parent_selector": "pareto"},
-    # a proposer given explicitly (no route): the rest as it was before routes existed
-    "given": {"parent_selector": "pareto"},
-}
-# the auto proposer's parameters that only the edit proposer reads (they do nothing on the rewrite route)
-EDIT_ONLY = ("rules", "definitions", "evidence", "gate_solved", "rule_max_tokens")
-REWRITE_ONLY = ("trim",)  # and the one only the rewrite proposer reads (the edit proposer never trims)
 SHORT_SHARE = 0.6  # the share of the seed's outputs that must be answers of the set for the labels route
 
 
@@ -79,34 +67,3 @@ def choose(answers: AnswerSet | None, components: tuple[str, ...], runs: Sequenc
     if not components:
         return Route("rewrite", f"{answers.describe()}, but no component's answer is the program's output")
     return Route("labels", f"{answers.describe()}; rules for {', '.join(components)}")
-
-
-def settle(cfg: EngineConfig, route: Route) -> tuple[EngineConfig, Route]:
-    """The config with the route's strategies for those left to it (the auto proposer's parameters in the chosen
-    proposer's spec), and the route, saying which specs it set."""
-    left: dict[str, Any] = {}
-    for option, spec in ROUTES[route.name].items():
-        if option == "proposer" and cfg.proposer_name == AUTO:
-            name, params = parse_spec(spec)
-            takes = {f.name for f in knob_fields(strategy_class("proposer", name))}
-            given = {k: v for k, v in parse_spec(cfg.proposer)[1].items() if v is not None and k in takes}
-            left[option] = canonical(option, format_spec(name, {**params, **given}))
-        elif option != "proposer" and getattr(cfg, option) == AUTO:
-            left[option] = spec
-    settled = cfg.model_copy(update=left)
-    return settled, Route(route.name, route.reason, left)
-
-
-def idle_options(asked: EngineConfig, settled: EngineConfig) -> list[str]:
-    """Parameters given to the auto proposer (`asked`) that cannot act with the proposer the route chose
-    (`settled`): the edit proposer's, other than its defaults, with the rewrite proposer, and rewrite's `trim`
-    with the edit proposer; for a warning."""
-    if asked.proposer_name != AUTO:
-        return []
-    given = parse_spec(asked.proposer)[1]
-    if settled.proposer_name == "edit":
-        return [k for k in REWRITE_ONLY if given.get(k) is not None]
-    if settled.proposer_name != "rewrite":
-        return []
-    defaults = {f.name: f.default for f in knob_fields(strategy_class("proposer", "edit"))}
-    return [k for k in EDIT_ONLY if given.get(k) is not None and given[k] != defaults[k]]

@@ -9,7 +9,7 @@ A condition that must act while a step runs (a timer, a signal) also has `arm(st
 starts with `stop(reason, message)` (which cancels the step in flight, keeping everything paid), it returns a
 function that undoes it when the run ends.
 
-The config's options are conditions (`from_config`): target_score, perfect_score, stop_file, patience,
+The config's options are conditions (`gepetto.parts.stop_conditions`): target_score, perfect_score, stop_file, patience,
 max_idle_iterations, the budget, time_limit and max_cost_usd; `stop=[...]` (gepetto.optimize) adds conditions
 of your own, or "sigterm"/"sigint" (stop gracefully on that signal; a run whose event loop gepetto owns has both).
 `any_of` and `all_of` combine conditions. Stopping never changes the path a run takes, only where it ends, so
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gepetto.config import ConfigError, EngineConfig
 from gepetto.engine.proposers import LATE_TRIES
 from gepetto.engine.state import RunState
 from gepetto.events import Outcome, Stop, StopReason
+from gepetto.specs import ConfigError
 
 StopFn = Callable[..., None]  # stop(reason, message=None): end the run now
 
@@ -265,21 +265,3 @@ def any_of(*conditions: StopSpec) -> AnyOf:
 def all_of(*conditions: StopSpec) -> AllOf:
     """Stop when all of `conditions` do at once, e.g. all_of(NoImprovement(10), lambda s: s.best_score > 0.8)."""
     return AllOf(tuple(as_conditions(list(conditions))))
-
-
-def from_config(cfg: EngineConfig, n_train: int) -> list[StopCondition]:
-    """The conditions the config's options ask for, in the order they are asked."""
-    out: list[StopCondition] = []
-    if cfg.target_score is not None:
-        out.append(TargetScore(cfg.target_score))
-    out.append(PerfectScore(cfg.perfect_score))
-    if cfg.stop_file:
-        out.append(StopFile(cfg.stop_file))
-    if cfg.patience is not None:
-        out.append(NoImprovement(cfg.patience))
-    out += [Stalled(cfg.max_idle_iterations), BudgetSpent(min(cfg.minibatch_size, n_train))]
-    if cfg.time_limit:
-        out.append(TimeLimit(cfg.time_limit))
-    if cfg.max_cost_usd is not None:
-        out.append(CostLimit(cfg.max_cost_usd))
-    return out

@@ -23,15 +23,14 @@ object: the same object may serve a run and then its resume.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gepetto.config import PYTHON, STRATEGIES, EngineConfig
 from gepetto.engine.minibatch import EpochShuffled
-from gepetto.engine.proposers import FewShot, Proposer, as_proposer
+from gepetto.engine.proposers import Proposer
 from gepetto.engine.state import RunState
-from gepetto.specs import REGISTRY, ConfigError, Knobs, build, builtin, is_builtin, knob
+from gepetto.specs import PYTHON, REGISTRY, Knobs, builtin, is_builtin, knob
 from gepetto.types import Candidate, Example
 
 
@@ -89,7 +88,7 @@ class Acceptance:
 
 
 @dataclass(frozen=True)
-class _Function(Acceptance):
+class FunctionAcceptance(Acceptance):
     """An acceptance given as a plain function: it never re-tests."""
 
     function: Any
@@ -217,48 +216,14 @@ def retest_examples(trainset: Sequence[Example], used: set[str], n: int, rng: ra
 # ---- the strategies of one engine ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Strategies:
-    """The strategies of one engine, resolved from the config's specs and the objects given."""
+    """The strategies of one engine (`gepetto.parts.build_strategies` builds them from the config's specs and the
+    objects given)."""
 
     parent_selector: ParentSelector
     component_selector: ComponentSelector
     minibatch_sampler: MinibatchSampler
     proposer: Proposer
     accept: Acceptance
-
-    @classmethod
-    def resolve(cls, cfg: EngineConfig, given: Mapping[str, Any] | None = None) -> Strategies:
-        """Each strategy: the object in `given` (by option name), else the built-in the config's spec names; the
-        proposer with few-shot demonstrations around it when the config asks for them."""
-        chosen = {option: resolve(option, (given or {}).get(option), cfg) for option in STRATEGIES}
-        return cls(**chosen)
-
-
-def resolve(option: str, obj: Any, cfg: EngineConfig) -> Any:
-    """The strategy for `option`: `obj` itself (an object of one's own), or the built-in it is or the config
-    names (made for this run: `Knobs.bind`)."""
-    if obj is not None and not isinstance(obj, str) and not is_builtin(option, obj):
-        if option == "proposer":
-            proposer = as_proposer(obj)
-            fewshot = build("fewshot", cfg.fewshot)  # beside a proposer of one's own: when k is set
-            return fewshot.around(proposer).bind(cfg) if isinstance(fewshot, FewShot) and cfg.fewshot_k else proposer
-        if not callable(obj):
-            raise ConfigError(f"{option}: {type(obj).__name__} is no {option.replace('_', ' ')} (it must be callable)")
-        if option == "accept" and not isinstance(obj, Acceptance):
-            if hasattr(obj, "retests"):
-                raise ConfigError(f"accept: {type(obj).__name__} has `retests`: derive it from "
-                                  "gepetto.strategies.Acceptance, which declares it (a plain callable never re-tests)")
-            return _Function(obj)
-        return obj
-    spec = obj or getattr(cfg, option)
-    if isinstance(spec, str) and spec.startswith(PYTHON):
-        raise ConfigError(f"{option} {spec!r} stands for an object given to gepetto.optimize(); pass that object "
-                          f"again ({option}=...), or a built-in: {', '.join(STRATEGIES[option])}")
-    strategy = build(option, spec).bind(cfg)
-    if option == "proposer" and cfg.demonstrations:
-        fewshot = build("fewshot", cfg.fewshot)
-        if isinstance(fewshot, FewShot):
-            return fewshot.around(strategy).bind(cfg)
-    return strategy
 
 
 def builtin_spec(obj: Any) -> str | None:
@@ -286,6 +251,7 @@ __all__ = [
     "CurrentBest",
     "EpochShuffled",
     "EpsilonGreedy",
+    "FunctionAcceptance",
     "MinibatchSampler",
     "NonDecreasing",
     "Paired",
@@ -297,6 +263,5 @@ __all__ = [
     "Strict",
     "builtin_spec",
     "label",
-    "resolve",
     "retest_examples",
 ]
