@@ -82,15 +82,17 @@ def test_keywords_override_the_config_and_unknown_names_are_config_errors():
         gepetto.evaluate(task.seed_candidate, task.valset, task.metric, concurrency=2)
     with pytest.raises(ConfigError, match="budget: Input should be greater than or equal to 1"):
         gepetto.build_engine(task.seed_candidate, task.trainset, task.metric, budget=0, **kw)
-    with pytest.raises(ConfigError, match="accept: unknown accept 'sometimes'; accepted: non_decreasing, paired, "
+    with pytest.raises(ConfigError, match="accept: unknown accept 'sometimes'; accepted: non-decreasing, paired, "
                                           "strict"):
         EngineConfig(accept="sometimes")
+    with pytest.raises(ConfigError, match="did you mean 'non-decreasing'"):  # the name before names took one style
+        EngineConfig(accept="non_decreasing")
 
 
 def test_a_run_config_is_flat(tmp_path):
-    flat = load_config(reflection_attempts=2, accept="non_decreasing", components=["instruction"])
+    flat = load_config(reflection_attempts=2, accept="non-decreasing", components=["instruction"])
     assert flat.components == ("instruction",)
-    (tmp_path / "run.yaml").write_text("task: sim\nreflection_attempts: 2\naccept: non_decreasing\n"
+    (tmp_path / "run.yaml").write_text("task: sim\nreflection_attempts: 2\naccept: non-decreasing\n"
                                        "components: [instruction]\n")
     assert load_config(tmp_path / "run.yaml").model_dump() == flat.model_copy(update={"task": "sim"}).model_dump()
     assert load_config(tmp_path / "run.yaml", reflection_attempts=4).reflection_attempts == 4  # overrides win
@@ -114,17 +116,17 @@ def cli(tmp_path, monkeypatch):
 
 
 def test_loop_options_from_the_cli_and_from_a_file(cli, tmp_path):
-    res = cli("optimize", *SIM, "--budget", 60, "--max-concurrency", 2, "--accept", "non_decreasing",
+    res = cli("optimize", *SIM, "--budget", 60, "--max-concurrency", 2, "--accept", "non-decreasing",
               "--reflection-attempts", 2, "--reflection-temperatures", "[0, 0.5]", "--merge", "off",
               "--task-lm-params", "{temperature: 0}", "--proposer", "edit(evidence=4)", "--run", "a", "--storage",
               "s.sqlite", "-q")
     assert res.exit_code == 0, res.output
     config = RunStore("s.sqlite").get_run("a").config
     assert (config["max_concurrency"], config["accept"], config["reflection_attempts"], config["merge"],
-            config["proposer"]) == (2, "non_decreasing", 2, "off", "edit(evidence=4)")
+            config["proposer"]) == (2, "non-decreasing", 2, "off", "edit(evidence=4)")
     assert config["reflection_temperatures"] == [0, 0.5] and config["task_lm_params"] == {"temperature": 0}
     (tmp_path / "run.yaml").write_text("task: sim\ntask_lm: sim:task\nreflection_lm: sim:reflection\nbudget: 60\n"
-                                       "max_concurrency: 2\naccept: non_decreasing\nreflection_attempts: 2\n"
+                                       "max_concurrency: 2\naccept: non-decreasing\nreflection_attempts: 2\n"
                                        "reflection_temperatures: [0, 0.5]\nmerge: off\n"
                                        "proposer: {edit: {evidence: 4}}\ntask_lm_params: {temperature: 0}\n")
     res = cli("optimize", "-c", tmp_path / "run.yaml", "--run", "b", "--storage", "s.sqlite", "-q")

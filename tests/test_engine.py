@@ -766,7 +766,7 @@ def test_a_leader_held_back_for_want_of_evidence_is_confirmed_on_fresh_training_
     events = []
     res = gepetto.optimize("Answer the question.", train, task.metric, valset=val, program=task.program,
                            task_lm=sim.SimTaskLM(), reflection_lm=rewrite, budget=120, proposer="rewrite(trim=0)",
-                           accept="non_decreasing", merge="off", fewshot="off", max_idle_iterations=2,
+                           accept="non-decreasing", merge="off", fewshot="off", max_idle_iterations=2,
                            callbacks=events.append,
                            storage=str(tmp_path / "s.sqlite"), run="r", progress=False)
     child = next(c for c in res.candidates if c.origin == "reflection")

@@ -152,7 +152,7 @@ def test_acceptance_rules():
     result = run(accept=never, budget=100, seed=0)
     assert calls and all(len(b) == len(a) for b, a in calls)
     assert len(result.candidates) == 1 and result.proposals["rejected: not better on minibatch"] == len(calls)
-    lenient = run(accept="non_decreasing", budget=150, seed=3, merge="off")
+    lenient = run(accept="non-decreasing", budget=150, seed=3, merge="off")
     assert lenient.best_score >= lenient.seed_score
 
 
@@ -548,12 +548,12 @@ def _stored(storage, stop=None, seed=2, **options):
 @pytest.mark.parametrize("options", [{"parent_selector": "pareto", "seed": 1}]
                          + [{"parent_selector": name} for name in PARENT_SELECTORS[1:]]
                          + [{"parent_selector": "epsilon-greedy(epsilon=0.5)", "component_selector": "all"},
-                            {"proposer": "edit", "accept": "non_decreasing"},
-                            {"proposer": "edit(rules=3)", "accept": "non_decreasing"},
+                            {"proposer": "edit", "accept": "non-decreasing"},
+                            {"proposer": "edit(rules=3)", "accept": "non-decreasing"},
                             # (demonstrations do not help the simulated task LM: accepted only when not worse)
-                            {"proposer": "edit", "fewshot": 3, "accept": "non_decreasing"},
-                            {"fewshot": "fewshot(k=2, share=0.7)", "accept": "non_decreasing"},
-                            {"fewshot": "fewshot(k=2, adaptive=false)", "accept": "non_decreasing"},
+                            {"proposer": "edit", "fewshot": 3, "accept": "non-decreasing"},
+                            {"fewshot": "fewshot(k=2, share=0.7)", "accept": "non-decreasing"},
+                            {"fewshot": "fewshot(k=2, adaptive=false)", "accept": "non-decreasing"},
                             {"validation": "racing(chunk=1)", "proposals_per_round": 3},
                             {"merge": "merge(adaptive=true)", "seed": 5},
                             {"accept": "paired(tolerance=0.34)", "fewshot": 0, "seed": 4},

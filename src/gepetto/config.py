@@ -59,7 +59,7 @@ STRATEGIES: dict[str, tuple[str, ...]] = {
     "component_selector": ("round-robin", "all"),
     "minibatch_sampler": ("epoch-shuffled",),
     "proposer": ("auto", "rewrite", "edit"),
-    "accept": ("strict", "non_decreasing", "paired"),
+    "accept": ("strict", "non-decreasing", "paired"),
 }
 SPECS: dict[str, tuple[str, ...]] = {**STRATEGIES, "fewshot": ("fewshot", "off"), "merge": ("merge", "off"),
                                      "validation": ("full", "racing"), "executor": ("local", "ray")}
@@ -155,7 +155,7 @@ class EngineConfig(_Options):
                                     "epoch-shuffled (the next ones of a seeded order shuffled each epoch, skipping "
                                     "solved ones).", SEARCH, choices=SPECS["minibatch_sampler"])
     accept: str = _field("strict", "A child passes its minibatch test when it scores higher (strict) or at least as "
-                         "high (non_decreasing) as its parent, or (paired(tolerance=0.0, retests=1), for a noisy task "
+                         "high (non-decreasing) as its parent, or (paired(tolerance=0.0, retests=1), for a noisy task "
                          "LM or judge) when its mean paired gain exceeds tolerance, a tie being tested again on "
                          "fresh examples up to retests times.", SEARCH, choices=SPECS["accept"])
     proposals_per_round: int = _field(1, "Proposals tried at once (faster against slow parallel LM APIs).",

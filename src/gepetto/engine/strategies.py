@@ -7,7 +7,7 @@ its parameters if any (`epsilon-greedy(epsilon=0.2)`: gepetto.specs), or given a
     parent_selector     auto | pareto | current-best | epsilon-greedy(epsilon)     (ParentSelector)
     component_selector  round-robin | all                                          (ComponentSelector)
     minibatch_sampler   epoch-shuffled                                             (MinibatchSampler)
-    accept              strict | non_decreasing | paired(tolerance, retests)       (Acceptance)
+    accept              strict | non-decreasing | paired(tolerance, retests)       (Acceptance)
     proposer            auto | rewrite | edit, with few-shot demonstrations        (engine/proposers.py)
     stop conditions     (engine/stopping.py)
 
@@ -172,7 +172,7 @@ class Strict(Knobs, Acceptance):
         return sum(after) > sum(before)
 
 
-@builtin("accept", "non_decreasing")
+@builtin("accept", "non-decreasing")
 @dataclass(frozen=True)
 class NonDecreasing(Knobs, Acceptance):
     """The child scores at least as high in total as its parent."""
