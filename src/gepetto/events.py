@@ -34,27 +34,46 @@ E = TypeVar("E", bound="Event")
 
 
 class StopReason(str, Enum):
-    """Why a run stopped (stored in the run store as its value; a human message goes beside it)."""
+    """Why a run stopped (stored in the run store as its value; a human message goes beside it).
 
-    BUDGET_EXHAUSTED = "budget_exhausted"  # what is left cannot pay for the next step
-    TARGET_REACHED = "target_reached"  # target_score reached
-    PERFECT_SCORE = "perfect_score"  # best validation score reached perfect_score
+    `Result.stop_reason` is one; as a `str` it compares equal to its value (`result.stop_reason == "time_limit"`).
+
+    Attributes:
+        BUDGET_EXHAUSTED: What is left of the budget cannot pay for the next step.
+        TARGET_REACHED: The best validation score reached `target_score`.
+        PERFECT_SCORE: The best validation score reached `perfect_score`.
+        TIME_LIMIT: `time_limit` seconds passed.
+        NO_IMPROVEMENT: `patience` iterations in a row without a better best.
+        STALLED: `max_idle_iterations` iterations in a row spent no rollout.
+        STOP_FILE: The stop file (`stop_file`) appeared.
+        COST_LIMIT: `max_cost_usd` spent, as the ledger prices the LM calls.
+        CONDITION: A stop condition given to the run (`stop=[...]`) decided it.
+        INTERRUPTED: Ctrl-C (SIGINT); the run is resumable.
+        SIGTERM: SIGTERM; the run is resumable.
+        STOP_REQUESTED: `Engine.request_stop()` from the caller's code.
+        LM_UNAVAILABLE: The LM endpoint kept failing (or refused the setup, e.g. HTTP 401); the run is resumable.
+    """
+
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    TARGET_REACHED = "target_reached"
+    PERFECT_SCORE = "perfect_score"
     TIME_LIMIT = "time_limit"
-    NO_IMPROVEMENT = "no_improvement"  # patience: iterations without a better best
-    STALLED = "stalled"  # max_idle_iterations in a row spent no rollout
-    STOP_FILE = "stop_file"  # the stop file appeared
-    COST_LIMIT = "cost_limit"  # max_cost_usd spent (as the ledger prices the LM calls)
-    CONDITION = "stop_condition"  # a stop condition given to the run (stop=[...]) decided it
-    INTERRUPTED = "interrupted"  # Ctrl-C (SIGINT)
+    NO_IMPROVEMENT = "no_improvement"
+    STALLED = "stalled"
+    STOP_FILE = "stop_file"
+    COST_LIMIT = "cost_limit"
+    CONDITION = "stop_condition"
+    INTERRUPTED = "interrupted"
     SIGTERM = "sigterm"
-    STOP_REQUESTED = "stop_requested"  # Engine.request_stop() from the caller's code
-    LM_UNAVAILABLE = "lm_unavailable"  # the LM endpoint kept failing (or refused the setup, e.g. HTTP 401)
+    STOP_REQUESTED = "stop_requested"
+    LM_UNAVAILABLE = "lm_unavailable"
 
     def __str__(self) -> str:
         return self.value
 
     @property
     def default_message(self) -> str:
+        """The message for people when the run gave none ("budget spent", "interrupted (Ctrl-C)", ...)."""
         return _DEFAULT_MESSAGES.get(self, self.value.replace("_", " "))
 
     @property
@@ -69,7 +88,14 @@ class StopReason(str, Enum):
 
     @classmethod
     def parse(cls, stored: str | None) -> StopReason | None:
-        """A stored stop reason by its value (None when there is none or it is no value of ours)."""
+        """A stored stop reason by its value (None when there is none or it is no value of ours).
+
+        Args:
+            stored: The value kept in the run store ("budget_exhausted", ...), or None.
+
+        Returns:
+            The StopReason, or None.
+        """
         try:
             return cls(stored) if stored else None
         except ValueError:
@@ -100,11 +126,42 @@ class Stop:
 
 class Outcome(str, Enum):
     """What became of a proposal (or a merge). The value is the label shown in reports and counted in
-    `Result.proposals`; as a `str` it also looks up by label (`result.proposals["accepted"]`)."""
+    `Result.proposals`; as a `str` it also looks up by label (`result.proposals["accepted"]`). TRUNCATED to ECHO
+    are reflection answers refused before any rollout.
 
-    ACCEPTED = "accepted"  # better on the minibatch: validated and added to the pool
+    Attributes:
+        ACCEPTED: Better on the minibatch: validated and added to the pool.
+        NOT_BETTER: Not better than its parent on the minibatch.
+        ALREADY_TRIED: The same text was proposed before (never paid twice).
+        TRUNCATED: Cut off by the LM's token limit.
+        EMPTY: No text (or too little to be one).
+        UNCHANGED: The parent's text again, or nearly.
+        CHAT_REPLY: A chat reply ("Sure, here is ..."), not a text to use.
+        SCAFFOLDING: It copies the markers of the reflection prompt.
+        ECHO: It echoes the examples it was shown.
+        MISSES_ANSWER: An edit rule that does not name the expected answer.
+        OVER_LENGTH: Longer than `EngineConfig.max_component_chars`.
+        RACED_OUT: A child (of a reflection or a merge) that passed its test, whose validation racing cut short: it
+            could neither enter the Pareto front nor become the best (`EngineConfig.racing`); counted instead of
+            accepted.
+        REFLECTION_ERROR: The reflection LM raised.
+        PARENT_PERFECT: Skipped: the parent is perfect on the minibatch.
+        NO_OPEN_MISTAKE: Skipped by the edit proposer: no open mistake in the known training rollouts.
+        MERGE_ACCEPTED: A merge child scored at least as well as its parents where they differ most: validated.
+        MERGE_REJECTED: A merge child scored lower than a parent where they differ most.
+
+    Example:
+        ```python
+        from gepetto import Outcome
+
+        print(Outcome.TRUNCATED.reason, Outcome.TRUNCATED.group)  # truncated rejected
+        print(Outcome.parse("accepted") is Outcome.ACCEPTED)  # True
+        ```
+    """
+
+    ACCEPTED = "accepted"
     NOT_BETTER = "rejected: not better on minibatch"
-    ALREADY_TRIED = "rejected: already tried"  # the same text was proposed before (never paid twice)
+    ALREADY_TRIED = "rejected: already tried"
     # reflection answers refused before any rollout (engine/reflect.py `vet`, engine/edits.py `vet_rule`)
     TRUNCATED = "rejected: truncated"
     EMPTY = "rejected: empty"
@@ -112,14 +169,12 @@ class Outcome(str, Enum):
     CHAT_REPLY = "rejected: chat reply"
     SCAFFOLDING = "rejected: copies our prompt markers"
     ECHO = "rejected: echoes the examples"
-    MISSES_ANSWER = "rejected: misses the right answer"  # an edit rule that does not name the expected answer
-    OVER_LENGTH = "rejected: over the length budget"  # longer than EngineConfig.max_component_chars
-    # a child (of a reflection or a merge) that passed its test, whose validation racing cut short: it could
-    # neither enter the Pareto front nor become the best (EngineConfig.racing); counted instead of accepted
+    MISSES_ANSWER = "rejected: misses the right answer"
+    OVER_LENGTH = "rejected: over the length budget"
     RACED_OUT = "rejected: raced out in validation"
-    REFLECTION_ERROR = "reflection error"  # the reflection LM raised
+    REFLECTION_ERROR = "reflection error"
     PARENT_PERFECT = "skipped: parent perfect on minibatch"
-    NO_OPEN_MISTAKE = "skipped: no open mistake in the known training rollouts"  # edit proposer
+    NO_OPEN_MISTAKE = "skipped: no open mistake in the known training rollouts"
     MERGE_ACCEPTED = "merge accepted"
     MERGE_REJECTED = "merge rejected"
 
@@ -133,6 +188,7 @@ class Outcome(str, Enum):
 
     @property
     def group(self) -> Literal["accepted", "rejected", "skipped", "merge", "error"]:
+        """The kind of outcome: "accepted", "rejected", "skipped", "merge" (either merge outcome) or "error"."""
         if self in (Outcome.MERGE_ACCEPTED, Outcome.MERGE_REJECTED):
             return "merge"
         if self is Outcome.REFLECTION_ERROR:
@@ -141,6 +197,14 @@ class Outcome(str, Enum):
 
     @classmethod
     def parse(cls, label: str) -> Outcome | None:
+        """An outcome by its label (None when it is no label of ours).
+
+        Args:
+            label: The label as shown and stored ("accepted", "rejected: truncated", ...).
+
+        Returns:
+            The Outcome, or None.
+        """
         try:
             return cls(label)
         except ValueError:
@@ -148,7 +212,14 @@ class Outcome(str, Enum):
 
 
 class Event:
-    """Base of every event. `kind` is its short name (as stored in the run store's event log)."""
+    """Base of every event. `kind` is its short name (as stored in the run store's event log).
+
+    Every event is a frozen dataclass subclass of this one: a callback matches on those it wants (`match event:
+    case CandidateAdded(...)`, or `isinstance`) and ignores the others.
+
+    Attributes:
+        kind: The event's short name ("candidate", "rollout", "done", ...), one per class.
+    """
 
     __slots__ = ()
     kind: ClassVar[str] = "event"
@@ -326,7 +397,49 @@ class IterationEnded(Event):
 
 @dataclass
 class Result:
-    """What a run produced: the best candidate, the whole pool with lineage and scores, and the costs."""
+    """What a run produced: the best candidate, the whole pool with lineage and scores, and the costs.
+
+    What `optimize` returns (and `Engine.run`, and a `RunEnded` event holds).
+
+    Attributes:
+        best_candidate: The best candidate's texts (`best_index`; the seed when nothing beat it).
+        best_score: Its mean validation score (NaN when the run stopped before the seed was validated).
+        seed_score: The seed's mean validation score (NaN likewise).
+        candidates: The pool, by index (0 is the seed): each record with its texts, parents, how it was made
+            (`origin`), the component changed and its validation scores by example id.
+        pareto_front: The indices of the candidates on the Pareto front: those no other candidate dominates on
+            the validation examples' scores.
+        rollouts_used: The rollouts paid for, of `budget`.
+        budget: The run's budget, in rollouts.
+        ledger: The LM calls, tokens, seconds and costs per role (task, reflection, judge).
+        stop_reason: Why the run stopped.
+        stop_message: The reason for people ("no improvement for 20 iterations").
+        iterations: The iterations run (rounds of proposals, and merge attempts).
+        proposals: What became of each proposal and merge: a count per Outcome.
+        history: (rollouts used, best mean validation score) each time the best changed.
+        wall_seconds: How long the run took.
+        partial_candidates: Candidates whose validation a stop interrupted: scores on the examples paid so far
+            (index -1). They are not in the pool and never chosen as best on partial scores; a resumed run replays
+            their rollouts for free.
+        raced_out: Children whose validation racing cut short (`EngineConfig.racing`), with the validation scores
+            paid for (index -1): provably never on the front nor the best, so not in the pool.
+        metric_checks: Metric calls outside rollouts: on golds written as answers, for demonstrations (no program
+            run, no budget).
+
+    Example:
+        ```python
+        import gepetto
+        from gepetto.testing import sim
+
+        task = sim.task(n_train=6, n_val=6)
+        result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm="sim:task", reflection_lm="sim:reflection",
+                                  budget=60, progress=False)
+        print(f"{result.seed_score:.2f} -> {result.best_score:.2f}: {result.stop_reason}")
+        print(result.best_candidate["instruction"])
+        print(f"{result.ledger.total().calls} LM calls")
+        ```
+    """
 
     best_candidate: Candidate
     best_score: float
@@ -337,25 +450,27 @@ class Result:
     budget: int
     ledger: Ledger
     stop_reason: StopReason
-    stop_message: str  # the reason for people ("no improvement for 20 iterations")
+    stop_message: str
     iterations: int
-    proposals: dict[Outcome, int]  # what became of each proposal and merge
+    proposals: dict[Outcome, int]
     history: list[tuple[int, float]]
     wall_seconds: float
-    # candidates whose validation a stop interrupted: scores on the examples paid so far (index -1). They are
-    # not in the pool and never chosen as best on partial scores; a resumed run replays their rollouts for free
     partial_candidates: list[CandidateRecord] = field(default_factory=list)
-    # children whose validation racing cut short (EngineConfig.racing), with the validation scores paid for
-    # (index -1): provably never on the front nor the best, so not in the pool
     raced_out: list[CandidateRecord] = field(default_factory=list)
-    # metric calls outside rollouts: on golds written as answers, for demonstrations (no program run, no budget)
     metric_checks: int = 0
 
     @property
     def best_index(self) -> int:
+        """The best candidate's index in `candidates`: the highest mean validation score among the candidates that
+        became the best when they joined (the earliest on a tie); 0, the seed, when none qualifies."""
         return best_index([c.mean for c in self.candidates], [c.evident for c in self.candidates]) or 0
 
     def summary(self) -> str:
+        """The run in one line: scores, candidates, rollouts, LM calls and tokens, time and why it stopped.
+
+        Returns:
+            The line (notes on constant-answer candidates, raced-out validations and metric checks appended).
+        """
         t = self.ledger.total()
         scores = (f"validation score {self.seed_score:.3f} (seed) -> {self.best_score:.3f} (best, candidate "
                   f"{self.best_index})" if self.candidates else "no candidate validated (not even the seed)")
@@ -374,6 +489,11 @@ class Result:
         return constant_notes([c.to_dict() for c in self.candidates], self.best_index)
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON data (candidates as their records' dicts, the stop reason and outcomes as values).
+
+        Returns:
+            A dict with one entry per field.
+        """
         return {
             "best_candidate": self.best_candidate.to_dict(), "best_score": self.best_score,
             "seed_score": self.seed_score, "candidates": [c.to_dict() for c in self.candidates],
@@ -415,7 +535,27 @@ class RunEnded(Event):
 
 
 class Callback(Protocol):
-    """Anything called with each event: a function, a bound method, an object with `__call__`."""
+    """Anything called with each event: a function, a bound method, an object with `__call__`.
+
+    Pass one, or a list, as `callbacks=` to `optimize` (or `build_engine`). It is called with every event in
+    order, on the event loop's thread: it must be quick and must not raise.
+
+    Example:
+        ```python
+        import gepetto
+        from gepetto.events import CandidateAdded
+        from gepetto.testing import sim
+
+        def show(event: gepetto.Event) -> None:
+            if isinstance(event, CandidateAdded):
+                print(f"candidate {event.record.index}: {event.record.mean:.3f} (best {event.best:.3f})")
+
+        task = sim.task(n_train=6, n_val=6)
+        gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
+                         task_lm="sim:task", reflection_lm="sim:reflection", budget=60, callbacks=show,
+                         progress=False)
+        ```
+    """
 
     def __call__(self, event: Event) -> None: ...
 

@@ -34,14 +34,25 @@ Metric = Callable[[Example, Any, "list[TraceEntry]"], "Score | float | Awaitable
 
 @dataclass
 class TraceEntry:
-    """One LM call made by a program: which component, what it was given, what it answered."""
+    """One LM call made by a program: which component, what it was given, what it answered.
+
+    `ctx.lm` records one per call, `ctx.record` one per use of a component outside an LM call; the metric is given
+    the rollout's list of them.
+
+    Attributes:
+        component: The component whose text was the system prompt (or which `ctx.record` named).
+        inputs: The non-system messages, rendered as text (or the recorded inputs).
+        output: The LM's answer (or the recorded output, as text).
+        finish_reason: Why the answer ended, as the LM said: "stop", "length" (truncated), "error", ...
+        feedback: Feedback on this component's part in the run, when the program knows it (a gepa adapter's
+            reflective dataset, a DSPy per-predictor feedback); reflection on the component shows it instead of
+            the rollout's. None: none.
+    """
 
     component: str
-    inputs: str  # the non-system messages, rendered as text
+    inputs: str
     output: str
     finish_reason: str = "stop"
-    # feedback on this component's part in the run, when the program knows it (a gepa adapter's reflective
-    # dataset, a DSPy per-predictor feedback); reflection on the component shows it instead of the rollout's
     feedback: str | None = None
 
     def to_dict(self) -> dict[str, str]:
@@ -100,7 +111,35 @@ def render_messages(messages: Sequence[Message]) -> str:
 
 @dataclass
 class Context:
-    """Given to a program on each run: the candidate's texts, the task LM and the trace being recorded."""
+    """Given to a program on each run: the candidate's texts, the task LM and the trace being recorded.
+
+    gepetto makes one per rollout; a program calls `ctx.lm(...)` for its LM calls and `ctx.record(...)` for a
+    component it uses otherwise.
+
+    Attributes:
+        candidate: The candidate being run: its texts by component name.
+        task_lm: The task LM, which `ctx.lm` calls.
+        lm_params: Parameters of every `ctx.lm` call (the run's `task_lm_params`); those given to `ctx.lm` win.
+        trace: The trace entries recorded so far, in call order.
+
+    Example:
+        ```python
+        import re
+
+        from gepetto import Candidate, Example, ScriptedLM, evaluate
+
+        async def program(candidate, example, ctx):
+            answer = await ctx.lm("instruction", example["question"], temperature=0.0)
+            found = re.search(candidate["extract"], answer)
+            return ctx.record("extract", inputs=answer, output=found.group(1) if found else "")
+
+        seed = Candidate(instruction="Answer as 'Answer: X'.", extract=r"Answer: (.+)")
+        lm = ScriptedLM(lambda messages, params: "Answer: Paris")
+        ev = evaluate(seed, [Example({"question": "Capital of France?"}, gold="Paris")],
+                      lambda ex, out, trace: out == ex.gold, program=program, task_lm=lm)
+        print(ev.mean, [t.component for t in ev.rollouts[0].trace])  # 1.0 ['instruction', 'extract']
+        ```
+    """
 
     candidate: Candidate
     task_lm: LM
@@ -115,6 +154,20 @@ class Context:
 
         `user` is the user message text, or a list of non-system messages. Returns an awaitable of the
         answer text inside the event loop (async programs), and the text itself from a sync program.
+
+        Args:
+            component: The name of the candidate's component whose text is the system prompt.
+            user: The user message, or the non-system messages (`{"role": ..., "content": ...}` dicts).
+            **params: Parameters of this call (temperature, max_tokens, response_format, ...), over `lm_params`.
+
+        Returns:
+            The answer's text (in an async program, an awaitable of it).
+
+        Raises:
+            KeyError: `component` is not one of the candidate's.
+            LMError: The LM answered with an error, nothing (or tool calls only), or invalid JSON when
+                `response_format` asked for JSON: the rollout fails and scores 0.
+            RuntimeError: Called outside a gepetto run, or after the rollout ended (cut by `rollout_timeout`).
         """
         coro = self._call(component, user, params)
         try:
@@ -152,6 +205,18 @@ class Context:
         programs (nothing to await). Record the data the component worked on, not the component's own text:
         reflection already shows that text. `feedback`: what went right or wrong in this component's part, when
         the program knows it; reflection on the component then shows it instead of the metric's feedback.
+
+        Args:
+            component: The name of the candidate's component that was used.
+            inputs: What it worked on.
+            output: What it gave.
+            feedback: What went right or wrong in its part (None: the metric's feedback is shown).
+
+        Returns:
+            `output`, unchanged (so `return ctx.record(...)` ends a program).
+
+        Raises:
+            KeyError: `component` is not one of the candidate's.
         """
         if component not in self.candidate:
             raise KeyError(f"program recorded component {component!r}; candidate has {list(self.candidate)}")
@@ -193,19 +258,34 @@ def check_answer(component: str, text: str, params: Mapping[str, Any], finish_re
 
 
 class MetricError(ValueError):
-    """The metric is unusable: it failed the same way on every validation example of the seed."""
+    """The metric is unusable: it failed the same way on every validation example of the seed.
+
+    Also raised for a metric that returns a score outside [0, 1] on a validation example of the seed: a
+    misconfigured metric whatever the candidate. The message names an example and the error.
+    """
 
 
 @dataclass
 class Rollout:
-    """One program run on one example, judged by the metric."""
+    """One program run on one example, judged by the metric.
+
+    Attributes:
+        example_id: The example's id (`Example.id`).
+        score: The metric's Score; a rollout whose program or metric raised, or that ran out of time, scores 0
+            with the error as feedback.
+        output: The program's output as the run keeps it: JSON data (sets sorted, tuples as lists, other objects
+            by their `str`); None when the rollout failed.
+        trace: The trace entries recorded during the run (`ctx.lm`, `ctx.record`).
+        error: The error of a failed rollout, as "TypeName: message"; None when it ran to the end.
+        stage: Where `error` happened: "program" or "metric".
+    """
 
     example_id: str
     score: Score
     output: Any = None
     trace: list[TraceEntry] = field(default_factory=list)
     error: str | None = None
-    stage: str | None = None  # where `error` happened: "program" or "metric"
+    stage: str | None = None
 
 
 def check_metric(runs: Sequence[Rollout]) -> None:
@@ -360,7 +440,29 @@ def format_inputs(inputs: Mapping[str, Any]) -> str:
 
 
 def single_instruction(component: str = "instruction", **lm_params: Any) -> Program:
-    """The one-instruction program: system prompt = the component, user message = the example's input."""
+    """The one-instruction program: system prompt = the component, user message = the example's input.
+
+    The user message is the example's one input value, or `key: value` lines when it has several. This is the
+    program `optimize` and `evaluate` run for a one-component candidate when no program is given.
+
+    Args:
+        component: The name of the component that is the system prompt.
+        **lm_params: Parameters of every LM call it makes (temperature, max_tokens, ...).
+
+    Returns:
+        An async program `(candidate, example, ctx) -> str`, the LM's answer.
+
+    Example:
+        ```python
+        from gepetto import Example, ScriptedLM, evaluate, single_instruction
+
+        lm = ScriptedLM(lambda messages, params: "4")
+        ev = evaluate("Answer with the number only.", [Example({"question": "2 + 2?"}, gold="4")],
+                      lambda ex, out, trace: out == ex.gold, program=single_instruction(temperature=0.0),
+                      task_lm=lm)
+        print(ev.mean, lm.calls[0][1])  # 1.0 {'temperature': 0.0}
+        ```
+    """
 
     async def program(candidate: Candidate, example: Example, ctx: Context) -> str:
         return await ctx.lm(component, format_inputs(example.inputs), **lm_params)
@@ -371,7 +473,36 @@ def single_instruction(component: str = "instruction", **lm_params: Any) -> Prog
 
 @dataclass
 class Task:
-    """A ready optimisation problem: program, metric, seed candidate and data splits."""
+    """A ready optimisation problem: program, metric, seed candidate and data splits.
+
+    What `gepetto optimize --task file.py:make_task` loads (a Task, or a function returning one), and what
+    `evaluate_run(task=...)` scores a stored run's candidates on.
+
+    Attributes:
+        name: A short name for the task (shown in runs and reports).
+        program: The program `(candidate, example, ctx) -> output`, sync or async.
+        metric: `(example, output, trace) -> Score | float`, a score in [0, 1].
+        seed_candidate: The texts the optimisation starts from.
+        trainset: The examples reflection learns from.
+        valset: The examples candidates are validated (and the best chosen) on.
+        testset: Held-out examples, for `evaluate_run` and `gepetto evaluate` after the run.
+        description: What the task is, in a sentence or two.
+        expert_candidate: A hand-written strong prompt, to measure the headroom (None: none).
+        baseline: A trivial constant output (e.g. the majority label), scored by the metric (None: none).
+
+    Example:
+        ```python
+        from gepetto import Candidate, Example, Task, single_instruction
+
+        def make_task() -> Task:
+            data = [Example({"question": f"{i} + {i}?"}, gold=str(2 * i)) for i in range(12)]
+            return Task("doubling", single_instruction(), lambda ex, out, trace: out.strip() == ex.gold,
+                        Candidate(instruction="Answer with the number only."),
+                        trainset=data[:4], valset=data[4:8], testset=data[8:])
+
+        print(make_task().seed_candidate)  # Candidate({'instruction': 'Answer with the number only.'})
+        ```
+    """
 
     name: str
     program: Program
@@ -381,8 +512,8 @@ class Task:
     valset: list[Example]
     testset: list[Example] = field(default_factory=list)
     description: str = ""
-    expert_candidate: Candidate | None = None  # a hand-written strong prompt, to measure the headroom
-    baseline: Any = None  # a trivial constant output (e.g. the majority label), scored by the metric
+    expert_candidate: Candidate | None = None
+    baseline: Any = None
 
 
 @runtime_checkable

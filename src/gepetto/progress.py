@@ -27,6 +27,26 @@ class ProgressDisplay:
 
     A callback (gepetto.events): pass it in `callbacks=`. `quiet=True` prints nothing (for scripts);
     `verbose=True` also prints each rejected proposal and reflection error.
+
+    `optimize` shows one by default when stderr is a terminal (`progress=`); give your own to choose its console
+    or its verbosity. As a context manager it closes the bar on exit.
+
+    Args:
+        console: The Rich console to print on (default: a new one on stderr).
+        quiet: Print nothing.
+        verbose: Also print each rejected proposal, reflection error and minibatch test.
+
+    Example:
+        ```python
+        import gepetto
+        from gepetto import ProgressDisplay
+        from gepetto.testing import sim
+
+        task = sim.task(n_train=6, n_val=6)
+        gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,
+                         task_lm="sim:task", reflection_lm="sim:reflection", budget=60,
+                         callbacks=[ProgressDisplay(verbose=True)])
+        ```
     """
 
     def __init__(self, console: Console | None = None, *, quiet: bool = False, verbose: bool = False) -> None:

@@ -95,7 +95,28 @@ def portable(value: Any) -> Any:
 
 
 class Candidate(Mapping[str, str]):
-    """An immutable mapping component name -> text; two candidates with the same texts are equal."""
+    """An immutable mapping component name -> text; two candidates with the same texts are equal.
+
+    The texts are kept as valid Unicode without control characters (tab and newlines kept), in name order.
+
+    Args:
+        texts: The components, name -> text.
+        **kwargs: More components by name (`Candidate(instruction="...")`); one also in `texts` takes this text.
+
+    Raises:
+        ValueError: No component at all.
+        TypeError: A name or a text that is not a str.
+
+    Example:
+        ```python
+        from gepetto import Candidate
+
+        seed = Candidate(instruction="Answer in one word.")
+        child = seed.replace("instruction", "Answer in one word, lower case.")
+        print(child["instruction"])  # Answer in one word, lower case.
+        print(child.id != seed.id, seed == {"instruction": "Answer in one word."})  # True True
+        ```
+    """
 
     __slots__ = ("_id", "_texts")
 
@@ -116,12 +137,28 @@ class Candidate(Mapping[str, str]):
         return self._id
 
     def replace(self, component: str, text: str) -> Candidate:
-        """A new candidate with one component's text replaced."""
+        """A new candidate with one component's text replaced.
+
+        Args:
+            component: The name of the component to change.
+            text: Its new text.
+
+        Returns:
+            The new Candidate (this one is unchanged).
+
+        Raises:
+            KeyError: `component` is not one of this candidate's.
+        """
         if component not in self._texts:
             raise KeyError(f"unknown component {component!r}; components: {list(self._texts)}")
         return Candidate({**self._texts, component: text})
 
     def to_dict(self) -> dict[str, str]:
+        """The components as a plain dict, name -> text.
+
+        Returns:
+            A new dict (changing it does not change the candidate).
+        """
         return dict(self._texts)
 
     def __getitem__(self, key: str) -> str:
@@ -149,7 +186,29 @@ class Candidate(Mapping[str, str]):
 
 @dataclass(frozen=True)
 class Example:
-    """One task instance: the program's inputs, the gold answer and free metadata, with a stable id."""
+    """One task instance: the program's inputs, the gold answer and free metadata, with a stable id.
+
+    Attributes:
+        inputs: What the program is given, by name (`example["question"]` reads one); a value that is not a mapping
+            is kept as `{"input": value}`.
+        gold: The expected answer, for the metric to compare with (any value).
+        metadata: Anything else about the example, for the program or the metric; not part of the id.
+        id: A stable name for the example; default: a hash of its inputs and gold, the same in every process, so a
+            resumed run finds its examples again.
+
+    Raises:
+        TypeError: Without an `id`, inputs or a gold that have no text form that is the same in every process
+            (mapping keys of mixed types, an object shown by its memory address): give the example an id.
+
+    Example:
+        ```python
+        from gepetto import Example
+
+        ex = Example({"question": "What is 2 + 2?"}, gold="4")
+        print(ex["question"], ex.gold, ex.id)  # What is 2 + 2? 4 2575921e2793
+        print(Example("What is 2 + 2?", gold="4").inputs)  # {'input': 'What is 2 + 2?'}
+        ```
+    """
 
     inputs: Mapping[str, Any]
     gold: Any = None
@@ -202,6 +261,29 @@ class Score:
     bill_balance", "missed the city slot"); reflection groups failures by it to see which mistakes are
     frequent. Without it, failures are grouped by their feedback's first sentence. A confusion written as
     "answered X, expected Y" also lets the edit proposer refuse a rule that never names the right answer Y.
+
+    Attributes:
+        value: The score, in [0, 1] (any real number type: int, bool, a numpy scalar; kept as a float).
+        feedback: What went right or wrong, in words: what the reflection LM reads to write a better text.
+        objectives: Named scores of their own (e.g. {"accuracy": 1.0, "brevity": 0.4}), kept with the rollout.
+        pattern: The kind of failure in a few words, as above ("" when there is none).
+
+    Raises:
+        TypeError: A value that is not a real number, or a feedback or pattern that is not a str.
+        ValueError: A value outside [0, 1], or NaN.
+
+    Example:
+        ```python
+        from gepetto import Example, Score
+
+        def metric(example, output, trace):
+            if output.strip() == example.gold:
+                return Score(1.0, "Correct.")
+            return Score(0.0, f"Answered {output.strip()!r}, expected {example.gold!r}.",
+                         pattern=f"answered {output.strip()}, expected {example.gold}")
+
+        print(metric(Example({"question": "2 + 2?"}, gold="4"), "5", []).pattern)  # answered 5, expected 4
+        ```
     """
 
     value: float
@@ -227,7 +309,27 @@ class Score:
 
     @classmethod
     def coerce(cls, result: Any) -> Score:
-        """Accept a bare number from a metric (int, float, bool, numpy scalar) and give it a feedback line."""
+        """Accept a bare number from a metric (int, float, bool, numpy scalar) and give it a feedback line.
+
+        Args:
+            result: What a metric returned: a Score (returned as is) or a number in [0, 1].
+
+        Returns:
+            The Score; for a number, with a feedback line that says whether the output is correct, wrong or partly
+            right.
+
+        Raises:
+            TypeError: `result` is neither a Score nor a real number.
+            ValueError: A number outside [0, 1], or NaN.
+
+        Example:
+            ```python
+            from gepetto import Score
+
+            print(Score.coerce(0.5).feedback)  # The output is partly right (score 0.50).
+            print(Score.coerce(True).value)  # 1.0
+            ```
+        """
         if isinstance(result, Score):
             return result
         v = as_real(result)

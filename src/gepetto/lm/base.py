@@ -20,18 +20,45 @@ Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..
 
 @dataclass(frozen=True)
 class Usage:
+    """The tokens one LM call used, as the backend reported them (or estimated).
+
+    Attributes:
+        input_tokens: Tokens of the messages sent.
+        output_tokens: Tokens of the answer.
+        estimated: True when the backend gave no usage and the tokens were counted as ~4 characters each.
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
-    estimated: bool = False  # True when the backend gave no usage and we counted ~4 chars per token
+    estimated: bool = False
 
 
 @dataclass(frozen=True)
 class Completion:
+    """One LM answer: its text, the tokens it used and why it ended; what `LM.complete` returns.
+
+    Attributes:
+        text: The answer's text (kept as valid Unicode: a lone surrogate becomes U+FFFD).
+        usage: The tokens the call used.
+        finish_reason: Why the answer ended: "stop", "length" (truncated), "error" (the text says what failed),
+            "tool_calls", ...
+        cached: True when the answer was replayed (from the response cache or a run store): it costs nothing.
+        attempts: HTTP backends: 1 + the number of retries it took.
+
+    Example:
+        ```python
+        from gepetto import Completion, Usage
+
+        out = Completion("Paris", Usage(input_tokens=12, output_tokens=1))
+        print(out.text, out.finish_reason, out.usage.output_tokens)  # Paris stop 1
+        ```
+    """
+
     text: str
     usage: Usage = field(default_factory=Usage)
-    finish_reason: str = "stop"  # "stop", "length" (truncated), "error", ...
+    finish_reason: str = "stop"
     cached: bool = False
-    attempts: int = 1  # HTTP backends: 1 + the number of retries it took
+    attempts: int = 1
 
     def __post_init__(self) -> None:
         # every answer, whichever LM made it, enters gepetto as valid Unicode (the store, hashes and prompts need it)
@@ -46,6 +73,10 @@ class LMError(RuntimeError):
     JSON, a prompt too long, a request the server refuses): inside a rollout it is the program's failure and
     scores 0. `LMUnavailable` and its subclasses are the infrastructure's fault: no answer at all, so no score.
     The message is redacted (gepetto.secrets): provider error texts become feedback, reports and logs.
+
+    Args:
+        message: What failed (redacted before it is kept).
+        attempts: How many attempts the call took, retries included (kept as `attempts`).
     """
 
     def __init__(self, message: str, attempts: int = 1) -> None:
@@ -101,11 +132,48 @@ def check_endpoints(*lms: Any) -> None:
 
 @runtime_checkable
 class LM(Protocol):
-    """Anything that completes a chat. `name` identifies the model (used for caching and prices)."""
+    """Anything that completes a chat. `name` identifies the model (used for caching and prices).
+
+    A protocol: any object with a `name` and this `complete` method is an LM (no base class to inherit); pass it
+    as `task_lm=` or `reflection_lm=` in place of a name.
+
+    Attributes:
+        name: The model's name: the key of the response cache and of `prices`.
+
+    Example:
+        ```python
+        import gepetto
+        from gepetto import Completion
+
+        class Echo:
+            name = "echo"
+
+            async def complete(self, messages, **params):
+                return Completion(messages[-1]["content"].upper())
+
+        assert isinstance(Echo(), gepetto.LM)
+        ev = gepetto.evaluate("Repeat the input.", [gepetto.Example({"q": "hi"}, gold="HI")],
+                              lambda ex, out, trace: out == ex.gold, task_lm=Echo())
+        print(ev.mean)  # 1.0
+        ```
+    """
 
     name: str
 
-    async def complete(self, messages: Sequence[Message], **params: Any) -> Completion: ...
+    async def complete(self, messages: Sequence[Message], **params: Any) -> Completion:
+        """Complete a chat: the answer to `messages`.
+
+        Args:
+            messages: The chat so far, `{"role": "system" | "user" | "assistant", "content": str}` dicts.
+            **params: Parameters of the call (temperature, max_tokens, response_format, ...).
+
+        Returns:
+            The answer, with its token usage and finish reason.
+
+        Raises:
+            LMError: The call failed for good; `LMUnavailable` (a subclass) when the LM gave no answer at all
+                (unreachable, rate-limited, timed out past the retries), which is no score.
+        """
 
 
 class PerLoop:
