@@ -178,3 +178,41 @@ def test_the_routed_program_runs_its_two_steps_and_its_feedback_names_the_step_t
     for junk in ["", "{}", ex["message"], "email", "email_query, email_sendemail"]:
         assert task.metric(ex, junk, []).value == 0.0
     assert routed.AREAS.keys() == set(routed.ROUTED)
+
+
+@pytest.mark.skipif(not (default_data_dir() / "snips").is_dir(), reason="no snips data here")
+def test_the_snips_routed_program_gives_the_extractor_the_named_intents_slots_and_its_feedback_names_the_step():
+    import asyncio
+
+    from gepetto.program import run_rollout
+    from gepetto.tasks import snips_routed
+    from gepetto.testing import ScriptedLM
+
+    task = load_task("snips-routed")
+    locked = load_task("snips-routed", test_split="locked")
+    assert (len(task.trainset), len(task.valset), len(task.testset), len(locked.testset)) == (42, 42, 140, 210)
+    ids = [e.id for e in task.trainset + task.valset + task.testset + locked.testset]
+    assert len(set(ids)) == len(ids)  # no message in two splits
+    assert set(task.seed_candidate) == {"router", "extractor"} == set(task.expert_candidate)
+    assert all(task.expert_candidate[c].startswith(task.seed_candidate[c]) for c in task.seed_candidate)
+    assert task.expert_candidate["router"].count("\n- If the message is about ") == 7
+    ex = next(e for e in task.testset if e.gold["intent"] == "get_weather" and len(e.gold["slots"]) >= 2)
+    gold = json.dumps(ex.gold["slots"])
+
+    def rollout(intent, slots):
+        lm = ScriptedLM(lambda m, p: intent if "kind of request" in m[0]["content"] else slots)
+        return asyncio.run(run_rollout(task.program, task.metric, task.seed_candidate, ex, lm))
+
+    right = rollout("get_weather", gold)
+    assert right.score.value == 1.0 and [t.component for t in right.trace] == ["router", "extractor"]
+    assert "Slot names: city, condition_description" in right.trace[1].inputs  # the weather slots only
+    wrong_route = rollout("rate_book", "{}")
+    assert wrong_route.score.value == 0.0
+    assert "The router answered 'rate_book', but the request is get_weather" in wrong_route.score.feedback
+    half = rollout("get_weather", json.dumps(dict(list(ex.gold["slots"].items())[:1])))
+    assert 0 < half.score.value < 1 and "The router was right; the extractor missed" in half.score.feedback
+    lost = rollout("weather please", gold)  # no intent named: every slot name is shown
+    assert lost.trace[1].inputs.count(",") >= 30
+    for junk in ["", "{}", ex.inputs["message"], "get_weather", '{"city": "nowhere at all"}']:
+        assert task.metric(ex, junk, []).value == 0.0, junk
+    assert set(snips_routed.SNIPS_NAMES) == set(snips_routed.INTENTS)

@@ -34,6 +34,7 @@ TASKS: dict[str, str] = {
     "hwu-transport": "gepetto.tasks.hwu64",
     "snips-restaurant": "gepetto.tasks.slots",
     "snips-weather": "gepetto.tasks.slots",
+    "snips-routed": "gepetto.tasks.snips_routed",  # two steps: a router (intent), then the intent's slots
     "sim": "gepetto.testing.sim",  # simulated, known optimum: for tests, benchmarks and trying the CLI without models
 }
 
