@@ -115,7 +115,8 @@ def normalize_value(text: Any) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", str(text).lower()).split())
 
 
-def _pairs(obj: Any) -> set[tuple[str, str]]:
+def slot_pairs(obj: Any) -> set[tuple[str, str]]:
+    """The (slot, normalised value) pairs of a slots mapping (a list value gives one pair per item)."""
     out: set[tuple[str, str]] = set()
     for key, value in obj.items():
         for v in value if isinstance(value, list) else [value]:
@@ -129,7 +130,7 @@ def make_metric(intent: str) -> Any:
     listed = ", ".join(slot_names(intent))
 
     def metric(example: Example, output: Any, trace: list[TraceEntry] | None = None) -> Score:
-        gold = _pairs(example.gold)
+        gold = slot_pairs(example.gold)
         want = json.dumps(example.gold, ensure_ascii=False)
         data = parse_json_object(output)
         if data is None:
@@ -139,7 +140,7 @@ def make_metric(intent: str) -> Any:
                              pattern="reply too long, JSON cut off")
             return Score(0.0, f"The reply is not a JSON object. Reply with only a JSON object; here: {want}.",
                          pattern="not a JSON object")
-        pred = _pairs(data)
+        pred = slot_pairs(data)
         unknown = sorted({k for k, _ in pred} - allowed)
         if not gold:
             if not pred:
@@ -175,7 +176,8 @@ def make_metric(intent: str) -> Any:
     return metric
 
 
-def _read(path: Path, intent: str) -> list[tuple[str, dict[str, Any]]]:
+def read_intent(path: Path, intent: str) -> list[tuple[str, dict[str, Any]]]:
+    """The (utterance, slots) of one intent in a SNIPS file."""
     rows = json.loads(path.read_text(encoding="utf-8"))[intent]
     out = []
     for row in rows:
@@ -193,7 +195,7 @@ def _read(path: Path, intent: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _folder(data_dir: Any) -> Path:
+def data_folder(data_dir: Any) -> Path:
     from gepetto.tasks import default_data_dir
 
     base = Path(data_dir) if data_dir is not None else default_data_dir()
@@ -216,9 +218,9 @@ def load(
         raise ValueError(f"test_split must be 'dev' or 'locked', got {test_split!r}")
     if intent not in SLOTS:
         raise ValueError(f"no hand-written slot definitions for intent {intent!r}; intents: {sorted(SLOTS)}")
-    folder = _folder(data_dir)
-    pool = _read(folder / f"train_{intent}.json", intent)
-    held = _read(folder / f"validate_{intent}.json", intent)
+    folder = data_folder(data_dir)
+    pool = read_intent(folder / f"train_{intent}.json", intent)
+    held = read_intent(folder / f"validate_{intent}.json", intent)
     rng = random.Random(f"snips:{intent}:{seed}")
     rng.shuffle(pool)
     seen: set[str] = set()

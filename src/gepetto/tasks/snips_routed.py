@@ -23,7 +23,7 @@ from typing import Any
 from gepetto.program import Task
 from gepetto.tasks.common import parse_json_object
 from gepetto.tasks.intents import normalize_label
-from gepetto.tasks.slots import SLOTS, _folder, _pairs, _read
+from gepetto.tasks.slots import SLOTS, data_folder, read_intent, slot_pairs
 from gepetto.types import Candidate, Example, Score
 
 # hand-written, before any run: what each intent covers
@@ -137,7 +137,7 @@ def routed_metric(example: Example, output: Any, trace: list[Any] | None = None)
     data = parse_json_object(output)
     if data is None:
         return Score(0.0, f"{router}The extractor's reply is not a JSON object; the right answer: {want}.")
-    pred, right = _pairs(data), _pairs(gold)
+    pred, right = slot_pairs(data), slot_pairs(gold)
     hits = right & pred
     f1 = 2 * len(hits) / (len(pred) + len(right)) if hits else (1.0 if not pred and not right else 0.0)
     if f1 == 1.0:
@@ -156,10 +156,11 @@ def load(data_dir: Any = None, *, seed: int = 0, n_train: int = 6, n_val: int = 
     test) messages."""
     if test_split not in ("dev", "locked"):
         raise ValueError(f"test_split must be 'dev' or 'locked', got {test_split!r}")
-    folder = _folder(data_dir)
+    folder = data_folder(data_dir)
     parts: dict[str, list[Example]] = {"train": [], "val": [], "test": []}
     for name, snips in SNIPS_NAMES.items():
-        pool, held = _read(folder / f"train_{snips}.json", snips), _read(folder / f"validate_{snips}.json", snips)
+        pool = read_intent(folder / f"train_{snips}.json", snips)
+        held = read_intent(folder / f"validate_{snips}.json", snips)
         rng = random.Random(f"snips-routed:{snips}:{seed}")
         rng.shuffle(pool)
         rng.shuffle(held)
