@@ -49,8 +49,17 @@ def test_the_options_are_written_once_as_typed_keywords_of_the_api(fn, options):
 
 
 def test_evaluate_takes_the_engine_options_it_uses():
+    """evaluate and evaluate_async unpack one typed dictionary (the sync one wraps the async one), which holds
+    the engine options an evaluation uses; an unknown keyword is named."""
+    from gepetto import api
+
     for fn in (gepetto.evaluate, gepetto.evaluate_async):
-        assert {"config", "max_concurrency", "task_lm_params"} <= keywords(fn)
+        (unpacked,) = [p for p in inspect.signature(fn).parameters.values() if p.kind is p.VAR_KEYWORD]
+        assert unpacked.annotation == "Unpack[EvaluateOptions]"
+    assert {"config", "max_concurrency", "task_lm_params", "rollout_timeout"} <= set(
+        api.EvaluateOptions.__annotations__)
+    with pytest.raises(ConfigError, match=r"max_concurency.*did you mean 'max_concurrency'"):
+        gepetto.evaluate("x", [], lambda e, o, t: 1.0, max_concurency=2)
     assert inspect.iscoroutinefunction(gepetto.optimize_async) and inspect.iscoroutinefunction(gepetto.evaluate_async)
 
 

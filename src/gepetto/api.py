@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import difflib
 import functools
 import inspect
@@ -196,13 +197,67 @@ def checked_keywords(fn: Callable[P, R]) -> Callable[P, R]:
     return checked
 
 
-_RUN_DEFAULTS: dict[str, Any] = {"task_lm": DEFAULT_TASK_LM, "reflection_lm": DEFAULT_REFLECTION_LM}
+@dataclass(frozen=True)
+class _Call:
+    """One call's options, read once from its keywords: the engine's configuration (`config` with the engine
+    options given in place, a preset's budget included), the strategies given as objects, and the run's own
+    options. Frozen: a display or tracker is added with `dataclasses.replace`, never by changing it in place."""
 
+    config: EngineConfig
+    strategies: dict[str, Any]
+    valset: Examples | None = None
+    program: Program | None = None
+    task_lm: LM | str = DEFAULT_TASK_LM
+    reflection_lm: LM | str = DEFAULT_REFLECTION_LM
+    callbacks: Callbacks = None
+    stop: stopping.StopSpec | Sequence[stopping.StopSpec] | None = None
+    rollout_store: RolloutStore | None = None
+    ledger: Ledger | None = None
+    storage: str | Path | None = None
+    run: str | None = None
+    cache: CacheMode | None = None
+    tracking: TrackingName | Tracker | None = None
+    progress: bool | None = None
 
-def _arguments(options: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-    """Every option of `keys` by name: the one given (not None), else its default (None for most)."""
-    return {**dict.fromkeys(keys), **_RUN_DEFAULTS,
-            **{k: v for k, v in options.items() if v is not None or k not in _RUN_DEFAULTS}}
+    @classmethod
+    def of(cls, seed_candidate: SeedCandidate, trainset: Examples, options: Mapping[str, Any]) -> _Call:
+        """The call `options` (keywords of BuildOptions or OptimizeOptions) make; None is the default."""
+        given = {k: v for k, v in options.items() if v is not None}
+        config = engine_config(given.get("config"), given)
+        if "preset" in given:
+            config = _with_preset(seed_candidate, trainset, config, given)
+        own = {f.name for f in dataclasses.fields(cls)} - {"config", "strategies"}
+        return cls(config=config, strategies=strategy_objects(given),
+                   **{k: v for k, v in given.items() if k in own})
+
+    def assemble(self, seed_candidate: SeedCandidate, trainset: Examples, metric: Metric) -> Engine:
+        """The engine of this call."""
+        return assemble_engine(seed_candidate, trainset, metric, valset=self.valset, program=self.program,
+                               task_lm=self.task_lm, reflection_lm=self.reflection_lm, callbacks=self.callbacks,
+                               rollout_store=self.rollout_store, ledger=self.ledger, config=self.config,
+                               strategies=self.strategies, stop=self.stop)
+
+    def open_stored(self, seed_candidate: SeedCandidate, trainset: Examples, metric: Metric) -> StoredRun | None:
+        """The stored run `storage=` opens (created or resumed), or None without a store."""
+        if self.storage is None:
+            if self.run is not None or self.cache is not None:
+                raise TypeError("run= and cache= name a stored run: give storage= too (e.g. storage='gepetto.sqlite')")
+            return None
+        from gepetto.runner import open_program_run
+
+        return open_program_run(seed_candidate, trainset, metric, storage=self.storage, run=self.run,
+                                cache=self.cache, valset=self.valset, program=self.program, task_lm=self.task_lm,
+                                reflection_lm=self.reflection_lm, callbacks=self.callbacks, config=self.config,
+                                strategies=self.strategies, stop=self.stop)
+
+    def engine_tracking(self, engine: Engine, metric: Metric) -> dict[str, Any]:
+        """What a tracker is started with for a run without a store: the engine's configuration and ledger."""
+        program = self.program
+        params = {"task": label(program if program is not None else metric).removeprefix(PYTHON),
+                  "task_lm": lm_label(self.task_lm), "reflection_lm": lm_label(self.reflection_lm),
+                  "n_train": len(engine.trainset), "n_val": len(engine.valset), "components": engine.components,
+                  **(engine.config.model_dump() if isinstance(engine.config, EngineConfig) else {})}
+        return {"name": None, "params": params, "ledger": engine.state.ledger}
 
 
 @checked_keywords
@@ -210,93 +265,90 @@ def build_engine(seed_candidate: SeedCandidate, trainset: Examples, metric: Metr
                  **options: Unpack[BuildOptions]) -> Engine:
     """The engine `optimize` would run, for callers that want to drive or observe it themselves.
 
-    The options are `optimize`'s (`RunOptions`: `config` with the keyword arguments given in place), and
-    `rollout_store` and `ledger`, where the engine keeps rollouts and costs.
+    Args:
+        seed_candidate: The texts to evolve, as for `optimize`.
+        trainset: The examples reflection learns from, as for `optimize`.
+        metric: `(example, output, trace) -> Score | float`, as for `optimize`.
+        **options: `optimize`'s run and engine options (`RunOptions`: `config` with the keyword arguments given
+            in its place), and `rollout_store` and `ledger`, where the engine keeps rollouts and costs.
+
+    Returns:
+        The Engine, built and checked but not started: `run_engine(engine)` runs it to the end.
+
+    Raises:
+        ConfigError: An unknown option or a bad value, named; an LM that cannot be built.
+
+    Example:
+        ```python
+        from gepetto.api import build_engine, run_engine
+        from gepetto.testing import sim
+
+        task = sim.task(n_train=6, n_val=6)
+        engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                              program=task.program, task_lm="sim:task", reflection_lm="sim:reflection", budget=40)
+        print(run_engine(engine).best_score)
+        ```
     """
-    return _assemble(seed_candidate, trainset, metric, _arguments(options, _keywords(BuildOptions)))
+    return _Call.of(seed_candidate, trainset, options).assemble(seed_candidate, trainset, metric)
 
 
-def _assemble(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: Mapping[str, Any]) -> Engine:
-    """The engine for the options `args` (every key of BuildOptions or OptimizeOptions)."""
-    return assemble_engine(seed_candidate, trainset, metric, valset=args["valset"], program=args["program"],
-                           task_lm=args["task_lm"], reflection_lm=args["reflection_lm"], callbacks=args["callbacks"],
-                           rollout_store=args.get("rollout_store"), ledger=args.get("ledger"),
-                           config=engine_config(args["config"], args), strategies=strategy_objects(args),
-                           stop=args["stop"])
-
-
-def _open_stored(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric, args: dict[str, Any]
-                 ) -> StoredRun | None:
-    """The stored run `optimize(..., storage=)` opens (created or resumed), or None without a store."""
-    if args["storage"] is None:
-        if args["run"] is not None or args["cache"] is not None:
-            raise TypeError("run= and cache= name a stored run: give storage= too (e.g. storage='gepetto.sqlite')")
-        return None
-    from gepetto.runner import open_program_run
-
-    return open_program_run(seed_candidate, trainset, metric, storage=args["storage"], run=args["run"],
-                            cache=args["cache"], valset=args["valset"], program=args["program"],
-                            task_lm=args["task_lm"], reflection_lm=args["reflection_lm"], callbacks=args["callbacks"],
-                            config=engine_config(args["config"], args), strategies=strategy_objects(args),
-                            stop=args["stop"])
-
-
-def _engine_tracking(engine: Engine, metric: Metric, args: Mapping[str, Any]) -> dict[str, Any]:
-    """What a tracker is started with for a run without a store: the engine's configuration and ledger."""
-    program = args["program"]
-    params = {"task": label(program if program is not None else metric).removeprefix(PYTHON),
-              "task_lm": lm_label(args["task_lm"]), "reflection_lm": lm_label(args["reflection_lm"]),
-              "n_train": len(engine.trainset), "n_val": len(engine.valset), "components": engine.components,
-              **(engine.config.model_dump() if isinstance(engine.config, EngineConfig) else {})}
-    return {"name": None, "params": params, "ledger": engine.state.ledger}
-
-
-def _tracker(args: dict[str, Any]) -> Tracker | None:
-    """The tracker `tracking=` asks for (None: none), put after the user's callbacks in `args`."""
-    tracker = make_tracker(args["tracking"])
-    if tracker is not None:
-        args["callbacks"] = with_tracker(args["callbacks"], tracker)
-    return tracker
-
-
-def _with_preset(seed_candidate: SeedCandidate, trainset: Examples, args: dict[str, Any]) -> None:
+def _with_preset(seed_candidate: SeedCandidate, trainset: Examples, config: EngineConfig,
+                 given: Mapping[str, Any]) -> EngineConfig:
     """`preset=` (gepetto.presets): the budget sized to the task, unless a budget was given (keyword or config)."""
-    if args["preset"] is None:
-        return
     from gepetto.presets import get_preset, preset_budget
 
-    get_preset(args["preset"])  # an unknown name is refused even when the budget is given
-    config = args["config"]
-    if args["budget"] is not None or (isinstance(config, EngineConfig) and "budget" in config.model_fields_set) or (
-            isinstance(config, Mapping) and "budget" in config):
-        return
-    n_components = len(args["components"] or ({"instruction": ""} if isinstance(seed_candidate, str)
-                                               else seed_candidate))
-    n_val = len(args["valset"] if args["valset"] is not None else trainset)
-    args["budget"] = preset_budget(args["preset"], n_val=n_val, n_components=n_components,
-                                   config=engine_config(config, args))
+    get_preset(given["preset"])  # an unknown name is refused even when the budget is given
+    base = given.get("config")
+    if "budget" in given or (isinstance(base, EngineConfig) and "budget" in base.model_fields_set) or (
+            isinstance(base, Mapping) and "budget" in base):
+        return config
+    n_components = len(config.components or ({"instruction": ""} if isinstance(seed_candidate, str)
+                                             else seed_candidate))
+    n_val = len(given["valset"] if given.get("valset") is not None else trainset)
+    budget = preset_budget(given["preset"], n_val=n_val, n_components=n_components, config=config)
+    return engine_config(config, {"budget": budget})
 
 
-def _progress_display(args: dict[str, Any]) -> Any:
+def _with_tracker(call: _Call) -> tuple[_Call, Tracker | None]:
+    """The tracker `tracking=` asks for (None: none), put after the user's callbacks."""
+    tracker = make_tracker(call.tracking)
+    if tracker is None:
+        return call, None
+    return dataclasses.replace(call, callbacks=with_tracker(call.callbacks, tracker)), tracker
+
+
+def _with_progress(call: _Call) -> tuple[_Call, Any]:
     """The live progress display `progress=` asks for (gepetto.progress.ProgressDisplay, the CLI's), put after the
     user's callbacks: by default on when stderr is a terminal and no display is among the callbacks; or None."""
-    progress = args["progress"]
-    if progress is False or (progress is None and not sys.stderr.isatty()):
-        return None
+    if call.progress is False or (call.progress is None and not sys.stderr.isatty()):
+        return call, None
     from gepetto.progress import ProgressDisplay
 
-    callbacks = as_callbacks(args["callbacks"])
-    if progress is None and any(isinstance(c, ProgressDisplay) for c in callbacks):
-        return None
+    callbacks = as_callbacks(call.callbacks)
+    if call.progress is None and any(isinstance(c, ProgressDisplay) for c in callbacks):
+        return call, None
     display = ProgressDisplay()
-    args["callbacks"] = [*callbacks, display]
-    return display
+    return dataclasses.replace(call, callbacks=[*callbacks, display]), display
 
 
 @checked_keywords
 async def optimize_async(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
                          **options: Unpack[OptimizeOptions]) -> Result:
-    """Async `optimize`: same arguments, for callers already inside an event loop."""
+    """Async `optimize`: same arguments, returns and errors, for callers already inside an event loop.
+
+    Example:
+        ```python
+        import asyncio
+        import gepetto
+        from gepetto.testing import sim
+
+        task = sim.task(n_train=6, n_val=6)
+        result = asyncio.run(gepetto.optimize_async(task.seed_candidate, task.trainset, task.metric,
+                                                    valset=task.valset, program=task.program, task_lm="sim:task",
+                                                    reflection_lm="sim:reflection", budget=40, progress=False))
+        print(result.best_score)
+        ```
+    """
     return await _optimize(seed_candidate, trainset, metric, options, own_loop=False)
 
 
@@ -304,17 +356,15 @@ async def _optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: M
                     own_loop: bool) -> Result:
     """`optimize`'s body, in the running event loop; `own_loop`: the loop is `optimize`'s own, so Ctrl-C and SIGTERM
     stop the run gracefully and the LMs' clients are closed in it (gepetto.assembly.drive_engine)."""
-    args = _arguments(options, _keywords(OptimizeOptions))
-    _with_preset(seed_candidate, trainset, args)
-    display = _progress_display(args)
-    tracker = _tracker(args)
+    call, display = _with_progress(_Call.of(seed_candidate, trainset, options))
+    call, tracker = _with_tracker(call)
     with display if display is not None else contextlib.nullcontext():
-        stored = _open_stored(seed_candidate, trainset, metric, args)
+        stored = call.open_stored(seed_candidate, trainset, metric)
         if stored is not None:
             with tracked(tracker, **stored.tracking_info()):
                 return await stored.run_async(own_loop=own_loop)
-        engine = _assemble(seed_candidate, trainset, metric, args)
-        with tracked(tracker, **_engine_tracking(engine, metric, args)):
+        engine = call.assemble(seed_candidate, trainset, metric)
+        with tracked(tracker, **call.engine_tracking(engine, metric)):
             return await drive_engine(engine, own_loop=own_loop)
 
 
@@ -374,29 +424,36 @@ def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
 
 @dataclass
 class Evaluation:
-    """Scores of one candidate on a set of examples (e.g. a held-out test set)."""
+    """Scores of one candidate on a set of examples (e.g. a held-out test set), as `evaluate` returns them.
+
+    Attributes:
+        mean: The mean score over the examples (NaN for none).
+        rollouts: One Rollout per example: its score with feedback, the program's output and trace.
+    """
 
     mean: float
     rollouts: list[Rollout]
 
     @property
     def scores(self) -> dict[str, float]:
+        """Each example's score, by example id."""
         return {r.example_id: r.score.value for r in self.rollouts}
 
 
+class EvaluateOptions(TypedDict, total=False):
+    """`evaluate`'s options (see `evaluate_async`); None, or a keyword left out, is the default."""
+
+    program: Program | None
+    task_lm: LM | str | None
+    config: EngineConfig | Mapping[str, Any] | None
+    max_concurrency: int | None
+    task_lm_params: Mapping[str, Any] | None
+    rollout_timeout: float | None
+
+
 @checked_keywords
-async def evaluate_async(
-    candidate: SeedCandidate,
-    examples: Examples,
-    metric: Metric,
-    *,
-    program: Program | None = None,
-    task_lm: LM | str = DEFAULT_TASK_LM,
-    config: EngineConfig | Mapping[str, Any] | None = None,
-    max_concurrency: int | None = None,
-    task_lm_params: Mapping[str, Any] | None = None,
-    rollout_timeout: float | None = None,
-) -> Evaluation:
+async def evaluate_async(candidate: SeedCandidate, examples: Examples, metric: Metric,
+                         **options: Unpack[EvaluateOptions]) -> Evaluation:
     """Run a candidate on examples outside any optimisation (no budget): mean score and every rollout.
 
     Args:
@@ -404,12 +461,12 @@ async def evaluate_async(
             Result's `best_candidate`).
         examples: The examples to score it on (e.g. a held-out test set).
         metric: `(example, output, trace) -> Score | float`, as for `optimize`.
-        program: The program that runs the candidate (default: its one instruction as the system prompt).
-        task_lm: The LM the program calls (a name or an LM object; default: the embedded 0.5B).
-        config: An EngineConfig (or a mapping of its options) for the three below; default EngineConfig().
-        max_concurrency: Rollouts at once.
-        task_lm_params: Parameters of every task LM call (temperature, max_tokens, ...).
-        rollout_timeout: Seconds a rollout (program and metric) may take; a longer one scores 0.
+        **options: `EvaluateOptions`: `program`, the program that runs the candidate (default: its one
+            instruction as the system prompt); `task_lm`, the LM the program calls (a name or an LM object;
+            default: the embedded 0.5B); `config`, an EngineConfig (or a mapping of its options) for the three
+            after it (default EngineConfig()); `max_concurrency`, rollouts at once; `task_lm_params`, parameters
+            of every task LM call (temperature, max_tokens, ...); `rollout_timeout`, seconds a rollout (program
+            and metric) may take, a longer one scoring 0.
 
     Returns:
         An Evaluation: `mean`, `rollouts` (each with its score, feedback, output and trace) and `scores` by
@@ -428,10 +485,9 @@ async def evaluate_async(
         print(f"{ev.mean:.3f} over {len(ev.rollouts)} examples")
         ```
     """
-    cfg = engine_config(config, {"max_concurrency": max_concurrency, "task_lm_params": task_lm_params,
-                                 "rollout_timeout": rollout_timeout})
-    cand, program = candidate_and_program(candidate, program)
-    lm, data = RedactingLM(resolve_lm(task_lm)), as_examples(examples)
+    cfg = engine_config(options.get("config"), options)
+    cand, program = candidate_and_program(candidate, options.get("program"))
+    lm, data = RedactingLM(resolve_lm(options.get("task_lm") or DEFAULT_TASK_LM)), as_examples(examples)
     sem = asyncio.Semaphore(cfg.max_concurrency)
 
     async def one(ex: Example) -> Rollout:
@@ -443,27 +499,16 @@ async def evaluate_async(
 
 
 @checked_keywords
-def evaluate(
-    candidate: SeedCandidate,
-    examples: Examples,
-    metric: Metric,
-    *,
-    program: Program | None = None,
-    task_lm: LM | str = DEFAULT_TASK_LM,
-    config: EngineConfig | Mapping[str, Any] | None = None,
-    max_concurrency: int | None = None,
-    task_lm_params: Mapping[str, Any] | None = None,
-    rollout_timeout: float | None = None,
-) -> Evaluation:
+def evaluate(candidate: SeedCandidate, examples: Examples, metric: Metric,
+             **options: Unpack[EvaluateOptions]) -> Evaluation:
     """`evaluate_async` in a fresh event loop; the task LM's HTTP client is closed before the loop ends."""
 
     async def main() -> Evaluation:
         try:
-            return await evaluate_async(candidate, examples, metric, program=program, task_lm=task_lm,
-                                        config=config, max_concurrency=max_concurrency,
-                                        task_lm_params=task_lm_params, rollout_timeout=rollout_timeout)
+            return await evaluate_async(candidate, examples, metric, **options)
         finally:
-            if not isinstance(task_lm, str):
+            task_lm = options.get("task_lm")
+            if task_lm is not None and not isinstance(task_lm, str):
                 await aclose_lm(task_lm)
 
     return asyncio.run(main())
@@ -490,7 +535,34 @@ def evaluate_run(
     The task is loaded as `gepetto optimize` loads it (a built-in task, or `file.py:make_task` with the run's task
     options); for a run started here in Python give `task=` (a gepetto.Task with a testset), or `examples=` and
     `metric=` (and `program=`). The task LM is the run's (its name, behind the run's response cache), or
-    `task_lm=`. A program or metric error scores 0; an LM that gives no answer raises LMUnavailable.
+    `task_lm=`. A program or metric error scores 0.
+
+    Args:
+        run: The stored run's name.
+        storage: The SQLite file or database URL the run is stored in.
+        split: "test", "val" or "train".
+        candidates: Which candidates to score (indices, "seed", "best"); default the seed and the best.
+        task: The run's task, for a run started in Python (default: loaded as `gepetto optimize` loads it).
+        examples: Examples to score on instead of the task's split (with `metric=`).
+        metric: The metric for `examples=`.
+        program: The program for `examples=` (default: the run's one instruction as the system prompt).
+        task_lm: The task LM (default: the run's, behind its response cache).
+        max_concurrency: Rollouts at once (default: the run's).
+
+    Returns:
+        A RunEvaluation: each candidate's mean and per-example scores on the split, kept with the run.
+
+    Raises:
+        ConfigError: No such run, or a task that cannot be loaded.
+        LMUnavailable: The LM gives no answer at all.
+
+    Example:
+        ```python
+        from gepetto.api import evaluate_run
+
+        scores = evaluate_run("my-run", storage="gepetto.sqlite", split="test")  # a run of a built-in task
+        print(scores)
+        ```
     """
     from gepetto.evaluation import evaluate_stored_run
 
@@ -501,5 +573,12 @@ def evaluate_run(
 
 def run_engine(engine: Engine) -> Result:
     """Run an engine to the end in a fresh event loop; Ctrl-C (SIGINT) or SIGTERM stops it gracefully, keeping
-    everything paid for (a stored run is then resumable)."""
+    everything paid for (a stored run is then resumable).
+
+    Args:
+        engine: An Engine, e.g. from `build_engine`.
+
+    Returns:
+        The Result, as `optimize` returns it.
+    """
     return asyncio.run(drive_engine(engine, own_loop=True))
