@@ -101,8 +101,44 @@ class _Options(BaseModel):
 
 
 class EngineConfig(_Options):
-    """Options of the loop. Defaults follow the paper where it says, and what works with small LMs otherwise; a
-    strategy's own parameters are part of its spec (`edit(rules=3)`, gepetto.specs)."""
+    """The options of the loop, one validated field each, under the same names as the keyword arguments of
+    `gepetto.optimize`, the keys of a config file and the CLI options (`--max-concurrency` for `max_concurrency`).
+
+    Each field documents itself through its `Field(description=...)`
+    (`EngineConfig.model_fields["budget"].description`), which the options table of these docs and
+    `gepetto optimize --help` show. Defaults follow the paper where it says, and what works with small LMs
+    otherwise. An option that names a strategy takes a spec: its built-in name with its parameters, if any
+    (`proposer="edit(rules=3)"`; gepetto.specs), or the same as a mapping (`{"edit": {"rules": 3}}`).
+
+    Build one with keyword arguments by field name; every value is checked on construction. `optimize(config=...)`
+    (likewise `optimize_async` and `build_engine`) takes one, or a mapping of its options, and runs with its
+    values, each engine option also given as a keyword (not None) taking the place of the config's; without
+    `config`, it starts from `EngineConfig()`. Of a `RunConfig` given as `config`, only the engine's options are
+    read.
+
+    Args:
+        **data: The options by field name; an option left out keeps its default.
+
+    Raises:
+        ConfigError: An unknown option (with the closest name), an invalid value, or options that do not fit
+            together (`component_selector="all"` with the edit proposer); one error naming each bad field and
+            what it accepts.
+
+    Example:
+        ```python
+        import gepetto
+        from gepetto.testing import sim
+
+        config = gepetto.EngineConfig(budget=60, minibatch_size=4, parent_selector="epsilon-greedy(epsilon=0.2)")
+        print(config.parent_selector, config.proposer)
+
+        task = sim.task(n_train=6, n_val=6)
+        result = gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                                  program=task.program, task_lm="sim:task", reflection_lm="sim:reflection",
+                                  config=config, seed=1, progress=False)  # seed=1 in place of config.seed
+        print(result.best_score)
+        ```
+    """
 
     budget: int = _field(200, "Rollout budget (one program run on one example).", RUN, ge=1)
     seed: int = _field(0, "Random seed (sampling; built-in tasks: their splits too).", RUN, ge=-(2**63),

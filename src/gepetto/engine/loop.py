@@ -154,11 +154,53 @@ class _Services:
 
 
 class Engine:
-    """Runs one optimisation. Construct, then `await engine.run()`; `request_stop()` ends it gracefully.
+    """Runs one optimisation: the GEPA loop over a program's candidate texts, within a budget of rollouts.
 
-    Takes built parts (`gepetto.build_engine` builds them from an `EngineConfig`: `gepetto.parts`): `options`, what the
-    loop reads of the run's configuration; `parts`, the strategies, executor, stop conditions, merge and racing,
-    and for a run whose strategies follow the route, what a chosen route makes of them.
+    Starting from the seed, each iteration selects a parent among the validated candidates, has the reflection
+    LM propose new text for some of its components from the parent's rollouts on a training minibatch, tests the
+    child on that minibatch and validates it when it passes; now and then it merges two lineages instead. It
+    ends when the budget is spent or a stop condition holds. Construct it, then `await engine.run()` (or
+    `gepetto.api.run_engine(engine)`); `request_stop()` ends it gracefully. `gepetto.api.build_engine` builds it,
+    its options and parts made from an `EngineConfig` (`gepetto.parts`).
+
+    Args:
+        program: The program that runs a candidate on one example: `(candidate, example, context) -> output`,
+            sync or async, calling the task LM through its context.
+        metric: `(example, output, trace) -> Score | float`, a score in [0, 1]; a Score's feedback is what the
+            reflection LM reads.
+        seed_candidate: The Candidate the run starts from: its texts by component name.
+        trainset: The examples minibatches are drawn from for reflection and minibatch tests.
+        valset: The examples every accepted child is validated on (the Pareto front's scores).
+        task_lm: The LM the program calls; metered into the ledger as the "task" role.
+        reflection_lm: The LM that proposes new texts; metered into the ledger as the "reflection" role.
+        options: What the loop reads of the run's configuration (an `EngineConfig` has it all): budget, seed,
+            concurrency, minibatch size, components, prices, ...
+        parts: The built strategies, executor, stop conditions, merge and racing (a `Parts`).
+        callbacks: A callable, or a sequence of them, each called with every event of the run (gepetto.events).
+        rollout_store: Where finished rollouts are kept beyond the process (a run store); a rollout found there
+            is not run again. None keeps them in the engine's state only.
+        ledger: The ledger of LM calls and costs to add to; None starts a new one.
+
+    Raises:
+        TypeError: `seed_candidate` is not a Candidate.
+        ValueError: An empty trainset or valset, duplicate or conflicting example ids, components or component
+            descriptions not in the seed, `minibatch_size`, `max_concurrency`, `reflection_attempts` or
+            `max_lm_failures` below 1, or a budget smaller than one validation pass.
+        ConfigError: `max_cost_usd` is set without prices for the task or reflection LM.
+        MetricError: From `run`: the metric fails the same way on every validation rollout of the seed, or
+            returns a score outside [0, 1] on any of them.
+
+    Example:
+        ```python
+        from gepetto.api import build_engine, run_engine
+        from gepetto.testing import sim
+
+        task = sim.task(n_train=6, n_val=6)
+        engine = build_engine(task.seed_candidate, task.trainset, task.metric, valset=task.valset,
+                              program=task.program, task_lm="sim:task", reflection_lm="sim:reflection", budget=40)
+        result = run_engine(engine)
+        print(result.best_score, result.stop_reason)
+        ```
     """
 
     def __init__(
