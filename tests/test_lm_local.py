@@ -197,7 +197,10 @@ async def test_concurrent_calls_are_decoded_together_and_answer_as_alone():
     assert 0 < stats.decode_seconds < elapsed  # the model's compute is counted, inside the calls' wall time
     assert "cat sat on the mat" in alone.text
     assert [c.text for c in together] == [alone.text] * 6  # an answer this clear survives batching
-    assert all(c.usage == alone.usage and c.finish_reason == alone.finish_reason for c in together)
+    assert all((c.usage.input_tokens, c.usage.output_tokens, c.finish_reason)
+               == (alone.usage.input_tokens, alone.usage.output_tokens, alone.finish_reason) for c in together)
+    # the same prompt six times: read once or twice, the others take its cells from the cache
+    assert alone.usage.cached_input_tokens == 0 and sum(c.usage.cached_input_tokens for c in together) > 0
     assert stats.max_in_flight == 4  # four sequences at once, the other two joined as the first ones ended
     # one decode step writes one token of every sequence: far fewer steps than tokens written
     assert stats.steps < sum(c.usage.output_tokens for c in together) / 2
@@ -250,6 +253,9 @@ async def test_a_shared_system_prompt_is_read_once():
     again = await lm.complete(ask("Lost my card.", system), temperature=0.0, max_tokens=6)
     assert lm._decoder.stats.reused_tokens - stats.reused_tokens > 100
     assert again.text.strip()
+    # each answer says how much of its prompt came from the cache: the ledger's "cached" prompt tokens
+    assert sum(c.usage.cached_input_tokens for c in outs) == stats.reused_tokens
+    assert again.usage.cached_input_tokens == lm._decoder.stats.reused_tokens - stats.reused_tokens
     lm.close()
 
 

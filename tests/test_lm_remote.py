@@ -54,6 +54,21 @@ async def test_plain_call_returns_text_usage_and_finish_reason(server) -> None:
     assert body["max_tokens"] == 20 and body["temperature"] == 0.0  # deterministic by default
 
 
+async def test_prompt_tokens_the_server_had_cached_are_counted_in_the_ledger() -> None:
+    ledger = Ledger()
+    long = [{"role": "user", "content": "hello there " * 10}]  # 30 tokens by the server's count
+    with FakeOpenAIServer(cached_tokens=3) as srv:
+        out = await MeteredLM(lm_for(srv), ledger, "reflection").complete(long)
+        again = await MeteredLM(lm_for(srv), ledger, "reflection").complete(long)
+    assert out.usage.cached_input_tokens == 3 and again.usage.cached_input_tokens == 3
+    u = ledger.roles["reflection"]
+    assert u.cached_input_tokens == 6 and u.input_tokens == 2 * out.usage.input_tokens > 6
+    assert ledger.total().cached_input_tokens == 6
+    # a ledger stored before this count existed reads back with none
+    old = {k: v for k, v in ledger.to_dict()["reflection"].items() if k != "cached_input_tokens"}
+    assert Ledger.from_dict({"reflection": old}).roles["reflection"].cached_input_tokens == 0
+
+
 async def test_missing_usage_is_estimated_and_marked() -> None:
     with FakeOpenAIServer(usage=False) as srv:
         out = await lm_for(srv).complete(MSG)

@@ -575,13 +575,13 @@ def show(run: str, storage: str = StorageOpt) -> None:
         c = res["candidates"][i]
         front.add_row(str(i), _t(c["origin"]), ",".join(map(str, c["parents"])) or "-", f"{c['mean']:.3f}")
     console.print(front)
-    ledger = Table("role", "calls", "cached", "errors", "retries", "tokens in", "tokens out", "seconds", "cost",
-                   title="ledger")
+    ledger = Table("role", "calls", "cached", "errors", "retries", "tokens in", "prompt cache", "tokens out",
+                   "seconds", "cost", title="ledger")
     for role, u in res["ledger"].items():
         est = " (est.)" if u.get("estimated_tokens") else ""
         ledger.add_row(_t(role), str(u["calls"]), str(u.get("cached_calls", 0)), str(u.get("errors", 0)),
-                       str(u.get("retries", 0)), f"{u['input_tokens']}{est}", f"{u['output_tokens']}{est}",
-                       f"{u['seconds']:.1f}", f"${u['cost']:.4f}")
+                       str(u.get("retries", 0)), f"{u['input_tokens']}{est}", str(u.get("cached_input_tokens", 0)),
+                       f"{u['output_tokens']}{est}", f"{u['seconds']:.1f}", f"${u['cost']:.4f}")
     console.print(ledger)
 
 

@@ -15,6 +15,7 @@ class RoleUsage:
     Attributes:
         calls: LM calls made, answered from the cache or not, failed or not.
         input_tokens: Tokens sent (cached calls not counted).
+        cached_input_tokens: Of `input_tokens`, those the backend took from its prompt cache instead of reading them.
         output_tokens: Tokens answered (cached calls not counted).
         seconds: Time spent waiting for answers (cached calls not counted).
         errors: Calls that failed or answered with an error.
@@ -33,6 +34,7 @@ class RoleUsage:
     cached_calls: int = 0
     estimated_tokens: bool = False
     cost: float = 0.0
+    cached_input_tokens: int = 0
 
 
 @dataclass
@@ -65,6 +67,7 @@ class Ledger:
         model: str = "",
         input_tokens: int = 0,
         output_tokens: int = 0,
+        cached_input_tokens: int = 0,
         seconds: float = 0.0,
         estimated: bool = False,
         cached: bool = False,
@@ -78,6 +81,7 @@ class Ledger:
             model: The LM's name, to find its price.
             input_tokens: Tokens sent.
             output_tokens: Tokens answered.
+            cached_input_tokens: Of `input_tokens`, those the backend took from its prompt cache.
             seconds: How long the call took.
             estimated: The tokens were estimated (the backend gave no usage).
             cached: The answer was replayed from the cache: counted as a call, it costs nothing.
@@ -93,6 +97,7 @@ class Ledger:
             return
         u.input_tokens += input_tokens
         u.output_tokens += output_tokens
+        u.cached_input_tokens += cached_input_tokens
         u.seconds += seconds
         u.estimated_tokens |= estimated
         price = self.prices.get(model)
@@ -107,8 +112,8 @@ class Ledger:
         """
         t = RoleUsage()
         for u in self.roles.values():
-            for k in ("calls", "input_tokens", "output_tokens", "seconds", "errors", "retries", "cached_calls",
-                      "cost"):
+            for k in ("calls", "input_tokens", "cached_input_tokens", "output_tokens", "seconds", "errors", "retries",
+                      "cached_calls", "cost"):
                 setattr(t, k, getattr(t, k) + getattr(u, k))
             t.estimated_tokens |= u.estimated_tokens
         return t

@@ -26,11 +26,14 @@ class Usage:
         input_tokens: Tokens of the messages sent.
         output_tokens: Tokens of the answer.
         estimated: True when the backend gave no usage and the tokens were counted as ~4 characters each.
+        cached_input_tokens: Of `input_tokens`, those the backend did not read again because their state was in its
+            prompt cache (the embedded backend's kept prefixes, an OpenAI-compatible server's `cached_tokens`).
     """
 
     input_tokens: int = 0
     output_tokens: int = 0
     estimated: bool = False
+    cached_input_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,7 @@ class MeteredLM:
             model=self.name,
             input_tokens=out.usage.input_tokens,
             output_tokens=out.usage.output_tokens,
+            cached_input_tokens=out.usage.cached_input_tokens,
             seconds=time.perf_counter() - t0,
             estimated=out.usage.estimated,
             cached=out.cached,

@@ -261,7 +261,10 @@ def _completion(resp: Any, messages: list[Message], name: str = "openai") -> Com
         finish = "tool_calls"  # (whatever the server says): ctx.lm explains what an answer of tool calls means
     usage = getattr(resp, "usage", None)
     if usage is not None and getattr(usage, "prompt_tokens", None) is not None:
-        u = Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+        details = getattr(usage, "prompt_tokens_details", None)  # OpenAI and vLLM say what their prompt cache held
+        cached = getattr(details, "cached_tokens", None) if details is not None else None
+        u = Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0),
+                  cached_input_tokens=int(cached or 0))
     else:
         u = estimated_usage(messages, text)
     return Completion(text, u, finish)

@@ -692,7 +692,8 @@ def _ledger_section(view: _View) -> str:
     ledger = {k: v for k, v in (view.result.get("ledger") or {}).items() if isinstance(v, Mapping)}
     if not ledger:
         return '<section class="card" id="ledger"><h2>Costs</h2><div class="empty">no LM calls recorded</div></section>'
-    keys = ("calls", "input_tokens", "output_tokens", "seconds", "cost", "cached_calls", "errors")
+    keys = ("calls", "input_tokens", "cached_input_tokens", "output_tokens", "seconds", "cost", "cached_calls",
+            "errors")
     total = {k: sum(_num(u.get(k)) or 0.0 for u in ledger.values()) for k in keys}
     any_est = any(u.get("estimated_tokens") for u in ledger.values())
 
@@ -700,7 +701,8 @@ def _ledger_section(view: _View) -> str:
         mark = "\u2248" if est else ""
         cost = _num(u.get("cost"))
         return (f'<tr class="{cls}"><td>{_e(name)}</td><td>{_int(u.get("calls"))}</td>'
-                f'<td>{mark}{_int(u.get("input_tokens"))}</td><td>{mark}{_int(u.get("output_tokens"))}</td>'
+                f'<td>{mark}{_int(u.get("input_tokens"))}</td><td>{_int(u.get("cached_input_tokens"))}</td>'
+                f'<td>{mark}{_int(u.get("output_tokens"))}</td>'
                 f'<td>{_num(u.get("seconds")) or 0.0:.1f}</td>'
                 f'<td>{"$" + format(cost, ".4f") if cost else _DASH}</td>'
                 f'<td>{_int(u.get("cached_calls"))}</td><td>{_int(u.get("errors"))}</td>'
@@ -714,6 +716,7 @@ def _ledger_section(view: _View) -> str:
     return ('<section class="card" id="ledger"><h2>Costs (ledger per role)</h2><div class="sub">LM seconds add up '
             'over concurrent calls, so they can exceed the wall time.</div>'
             '<div class="table-wrap"><table class="data"><thead><tr><th>role</th><th>calls</th><th>tokens in</th>'
+            '<th title="of the tokens in, those the backend took from its prompt cache">prompt cache</th>'
             '<th>tokens out</th>'
             '<th>seconds</th><th>cost</th><th>cached</th><th>errors</th><th>estimated</th></tr></thead>'
             f'<tbody>{rows}</tbody></table></div><p class="muted small">{_e(" ".join(notes))}</p></section>')

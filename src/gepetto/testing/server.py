@@ -79,8 +79,9 @@ class _Server(ThreadingHTTPServer):
 
 class FakeOpenAIServer:
     def __init__(self, responder: Responder = echo, *, delay: float = 0.0, usage: bool = True,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 cached_tokens: int | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
         self.responder, self.delay, self.usage = responder, delay, usage
+        self.cached_tokens = cached_tokens  # reported as OpenAI does: usage.prompt_tokens_details.cached_tokens
         self.faults: dict[str, list[str]] = {}
         self.random: dict[str, RandomFaults] = {}
         self.injected: Counter[tuple[str, str]] = Counter()
@@ -235,6 +236,9 @@ class FakeOpenAIServer:
                         n_in = sum(len(m.get("content", "")) for m in messages) // 4 + 1
                         payload["usage"] = {"prompt_tokens": n_in, "completion_tokens": len(text) // 4 + 1,
                                             "total_tokens": n_in + len(text) // 4 + 1}
+                        if server.cached_tokens is not None:
+                            payload["usage"]["prompt_tokens_details"] = {
+                                "cached_tokens": min(server.cached_tokens, n_in)}
                     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up
                         self._send(200, json.dumps(payload).encode())
 
