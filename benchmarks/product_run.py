@@ -43,7 +43,8 @@ def main() -> None:
     print(json.dumps({"wall": wall, "cpu": cpu, "rollouts": result.rollouts_used,
                       "proposals": sum(result.proposals.values()), "reflection_calls": refl.calls if refl else 0,
                       "seed_val": result.seed_score, "best_val": result.best_score,
-                      "best": dict(result.best_candidate)}))
+                      "best": dict(result.best_candidate), "ledger": result.ledger.to_dict(),
+                      "stop": result.stop_message}))
 
 
 if __name__ == "__main__":

@@ -368,3 +368,42 @@ def test_preset_sizes_a_new_run_and_an_explicit_budget_wins(cli, tmp_path):
     assert again.exit_code == 2 and "keeps the budget it was given" in again.output
     wrong = cli("optimize", *SIM, "--preset", "huge", "--storage", "s.sqlite", "-q")
     assert wrong.exit_code == 2 and "unknown preset 'huge'; accepted: light, medium, heavy" in wrong.output
+
+
+class _SlowOrderLM:
+    """Answers every demo message with one order after a pause; as reflection, a new instruction."""
+
+    def __init__(self, model: str) -> None:
+        self.name = f"slow:{model}"
+
+    async def complete(self, messages, **params):
+        import asyncio
+
+        from gepetto.lm.base import Completion, Usage
+
+        await asyncio.sleep(0.2)
+        text = ('{"item": "lamp", "quantity": 2}' if self.name == "slow:task" else
+                "<new_instruction>Extract the order as JSON; 'a dozen' is 12, 'a pair' is 2.</new_instruction>")
+        return Completion(text, Usage(10, 10))
+
+
+def test_a_demo_cut_by_its_time_limit_says_so_and_its_resume_finishes_it(tmp_path, monkeypatch):
+    """A demo that runs out of time says it did (half a run), and the command it prints finishes the budget."""
+    from gepetto.lm.names import BACKENDS, Backend, register_backend
+
+    monkeypatch.chdir(tmp_path)
+    register_backend("slow", Backend(lambda n: _SlowOrderLM(n.model), "slow:MODEL", {}))
+    try:
+        lms = ["--task-lm", "slow:task", "--reflection-lm", "slow:reflection"]
+        res = CliRunner().invoke(app, ["demo", *lms, "--budget", "60", "--time-limit", "1", "--storage", "d.sqlite",
+                                       "--quiet"], env={"COLUMNS": "400"})
+        assert res.exit_code == 0, res.output
+        assert "the demo stopped at its time limit (1 s) after" in res.output
+        resume = res.output.split("gepetto optimize ", 1)[1].split()[:4]
+        assert resume[0] == "--run" and resume[2:] == ["--storage", "d.sqlite"]
+        done = CliRunner().invoke(app, ["optimize", *resume, "--quiet"], env={"COLUMNS": "400"})
+        assert done.exit_code == 0, done.output
+        assert "time limit" not in done.output and "budget" in gepetto.cli._snapshot("d.sqlite", resume[1])[
+            "result"]["stop_reason"]
+    finally:
+        BACKENDS.pop("slow")
