@@ -3,7 +3,6 @@ strategies' parameters, from the strategy classes (their one source)."""
 
 from __future__ import annotations
 
-import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 # this checkout's gepetto, not another install (mkdocs restores sys.path after loading a hook: import it now)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from gepetto.config import SPECS, EngineConfig  # noqa: E402
-from gepetto.specs import REGISTRY, knob_fields  # noqa: E402
+from gepetto.specs import REGISTRY, described, knob_fields, signature  # noqa: E402
 
 MARKER = "<!-- engine-options -->"
 SPECS_MARKER = "<!-- strategy-specs -->"
@@ -41,17 +40,16 @@ def options_tables() -> str:
 
 
 def specs_tables() -> str:
-    """One table per option that names a strategy: each built-in, its parameters with their defaults, what it is."""
+    """One table per option that names a strategy: each built-in's spec with its parameters' defaults, what it is
+    and what each parameter does (its class's docstring)."""
     out = []
     for option, names in SPECS.items():
         rows = []
         for name in names:
             cls = REGISTRY[option][name]
-            params = ", ".join(f"{f.name}={f.default!r}" for f in knob_fields(cls))
-            knobs = " ".join(f"`{f.name}`: {f.metadata['description']}" for f in knob_fields(cls))
-            what = " ".join(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].split())
-            spec = f"{name}({params})" if params else name
-            rows.append(f"| `{spec}` | {_cell(what + (' ' + knobs if knobs else ''))} |")
+            summary, helps = described(cls)
+            knobs = " ".join(f"`{f.name}`: {helps[f.name]}" for f in knob_fields(cls))
+            rows.append(f"| `{signature(cls)}` | {_cell(summary + (' ' + knobs if knobs else ''))} |")
         out.append(f"### `{option}`\n\n| spec | what |\n|---|---|\n" + "\n".join(rows))
     return "\n\n".join(out)
 

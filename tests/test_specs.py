@@ -2,6 +2,7 @@
 strategy object in Python, each parameter declared once, on the strategy."""
 
 import asyncio
+import re
 
 import pytest
 
@@ -55,28 +56,84 @@ def test_every_option_naming_a_strategy_lists_the_registered_classes():
     assert set(auto.knobs().values()) == {None}
 
 
-def test_each_strategys_parameters_are_written_as_declared_wherever_they_are_documented():
-    """A built-in strategy's parameters and defaults are declared once, on its class; the option's help (the CLI's
-    and the config errors'), docs/strategies.md and docs/runs.md write them out, and drifted before (accept's help
-    had no `retests`, edit's nowhere had `max_tokens` and `prompt_chars`): each must show the whole signature.
-    `auto` is left out: its parameters are edit's and rewrite's, each unset, and the help says so."""
-    import json
+def test_each_strategys_help_is_written_from_its_class():
+    """A built-in strategy's parameters, their defaults and what each does are declared once, on its class (its
+    knobs and its docstring's `Args:`): the option's help (the CLI's, the docs' options table), the config errors
+    and the docs' tables are written from it, and drifted when they were copies (accept's help had no `retests`,
+    edit's nowhere had `max_tokens` and `prompt_chars`)."""
+    from gepetto.specs import described, signature
+
+    hooks = docs_hooks()
+    tables = hooks.on_page_markdown(f"# Strategies\n\n{hooks.SPECS_MARKER}\n")
+    for option, named in REGISTRY.items():
+        help_ = EngineConfig.model_fields[option].description or ""
+        for name, cls in named.items():
+            summary, args = described(cls)
+            knobs = [f.name for f in knob_fields(cls)]
+            assert list(args) == knobs, f"{cls.__name__}: its docstring's Args: {list(args)}, its knobs {knobs}"
+            assert summary and f"{signature(cls)}: {summary[:1].lower()}{summary[1:]}" in help_, (option, name)
+            assert f"| `{signature(cls)}` | {summary}" in tables
+            assert all(f"`{k}`: {args[k]}" in tables for k in knobs)
+    assert signature(Paired) == "paired(tolerance=0.0, retests=1)"
+    assert signature(REGISTRY["accept"]["strict"]) == "strict"
+    assert "paired(tolerance=0.0, retests=1): for a noisy task LM" in EngineConfig.model_fields["accept"].description
+    with pytest.raises(ConfigError, match=r"accepted: tolerance \(default 0\.0\): A mean gain per example within "
+                                          r"this of 0 is a tie, tested again\.; retests \(default 1\): How many"):
+        EngineConfig(accept="paired(tolerence=0.1)")
+    with pytest.raises(ConfigError, match=r"paired: retests=-1: .*greater than or equal to 0 \(retests: How many"):
+        Paired(retests=-1)
+
+
+def test_every_spec_the_docs_write_is_one_a_strategy_takes():
+    """Where the docs and the README write a built-in with parameters (`edit(rules=3)`, as an example), each
+    parameter is one of the strategy's, its value within bounds: a renamed or removed parameter fails here."""
     from pathlib import Path
 
-    from gepetto.config import EngineConfig
-
-    docs = {name: (Path(__file__).parents[1] / "docs" / name).read_text() for name in ("strategies.md", "runs.md")}
-    missing = []
+    root = Path(__file__).parents[1]
+    # (docs/history.md keeps the measured history verbatim, in the names of its day)
+    pages = [root / "README.md", *sorted(p for p in (root / "docs").glob("*.md") if p.name != "history.md")]
+    options: dict[str, list[str]] = {}
     for option, named in REGISTRY.items():
-        field = EngineConfig.model_fields[option]
-        for name, cls in named.items():
-            knobs = knob_fields(cls)
-            if not knobs or name == "auto":
+        for name in named:
+            options.setdefault(name, []).append(option)  # ("auto" and "off" serve two options)
+    written, wrong = [], []
+    for page in pages:
+        for spec in re.findall(r"(?<![\w.-])([a-z][a-z-]*\([^()`]*\))", page.read_text()):
+            name = spec.split("(")[0]
+            if name not in options or "=" not in spec:
                 continue
-            signature = f"{name}(" + ", ".join(f"{f.name}={json.dumps(f.default)}" for f in knobs) + ")"
-            where = {"help": field.description or "", **docs}
-            missing += [f"{signature} not in {place}" for place, text in where.items() if signature not in text]
-    assert not missing, missing
+            written.append(spec)
+            errors = []
+            for option in options[name]:
+                takes = {f.name for f in knob_fields(REGISTRY[option][name])}
+                unknown = set(re.findall(r"(\w+)\s*=", spec)) - takes
+                try:
+                    if unknown:
+                        raise ConfigError(f"{spec}: {name} takes no {sorted(unknown)}")
+                    if Ellipsis in parse_spec(spec)[1].values():  # a placeholder value: `rules=k`, `address=...`
+                        continue
+                except ValueError as exc:
+                    if isinstance(exc, ConfigError):
+                        errors.append(f"{page.name}: {exc}")
+                    continue
+                try:
+                    canonical(option, spec)
+                except ConfigError as exc:
+                    errors.append(f"{page.name}: {exc}")
+            if len(errors) == len(options[name]):
+                wrong += errors
+    assert len(written) > 20 and not wrong, wrong
+
+
+def docs_hooks():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", Path(__file__).parents[1] / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    return hooks
 
 
 def test_a_toml_file_names_a_strategy_with_a_table(tmp_path):

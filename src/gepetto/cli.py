@@ -257,10 +257,8 @@ def _scalar(annotation: Any) -> type | None:
 def _help(field: FieldInfo, annotation: Any) -> str:
     text = field.description or ""
     literal = next((a for a in (annotation, *get_args(annotation)) if get_origin(a) is Literal), None)
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    choices = get_args(literal) if literal is not None else extra.get("choices")
-    if choices:
-        text += " One of: " + ", ".join(map(str, cast(list, choices))) + "."
+    if literal is not None:
+        text += " One of: " + ", ".join(map(str, get_args(literal))) + "."
     default = field.get_default(call_default_factory=True)
     if default not in (None, {}, ()):
         shown = json.dumps(list(default) if isinstance(default, tuple) else default)

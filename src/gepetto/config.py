@@ -17,9 +17,11 @@ from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+# (the modules that define the built-in strategies register them: the options' help is written from them)
+from gepetto.engine import executors, merge, minibatch, racing, strategies  # noqa: F401
 from gepetto.engine.proposers import REWRITE_TEMPERATURES, RULE_TEMPERATURES
 from gepetto.program import Executor
-from gepetto.specs import PYTHON, ConfigError, canonical, format_spec, is_builtin, parse_spec
+from gepetto.specs import PYTHON, ConfigError, canonical, format_spec, is_builtin, parse_spec, strategies_help
 
 ProposerName = Literal["auto", "edit", "rewrite"]
 AUTO = "auto"  # a strategy the run's route chooses (engine/route.py)
@@ -69,11 +71,11 @@ class UnknownOptionError(ConfigError, TypeError):
     """A keyword argument no function of the API takes (a TypeError too, as Python's own would be)."""
 
 
-def _field(default: Any, description: str, group: str, choices: tuple[str, ...] = (), *,
-           cli_aliases: tuple[str, ...] = (), **constraints: Any) -> Any:
-    """A field with its description and its CLI group (and other flags for its CLI option, if any)."""
-    # a field naming a strategy shows its built-in names and takes a spec (gepetto.specs)
-    extra: dict[str, Any] = {"group": group, **({"choices": list(choices), "metavar": "SPEC"} if choices else {})}
+def _field(default: Any, description: str, group: str, *, spec: bool = False, cli_aliases: tuple[str, ...] = (),
+           **constraints: Any) -> Any:
+    """A field with its description and its CLI group (and other flags for its CLI option, if any); `spec`: it
+    names a strategy (gepetto.specs), a SPEC on the command line."""
+    extra: dict[str, Any] = {"group": group, **({"metavar": "SPEC"} if spec else {})}
     if cli_aliases:
         extra["cli_aliases"] = list(cli_aliases)
     if isinstance(default, (dict, list)):  # a fresh copy for each config
@@ -82,9 +84,10 @@ def _field(default: Any, description: str, group: str, choices: tuple[str, ...] 
     return Field(default, description=description, json_schema_extra=extra, **constraints)
 
 
-def _one_of(names: tuple[str, ...]) -> str:
-    quoted = [repr(n) for n in names]
-    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+def _strategy(option: str, intro: str, group: str) -> Any:
+    """A field naming a strategy (default: its first built-in), its help written from the built-ins' classes:
+    `intro`, then each one's spec with its parameters' defaults and what it does (gepetto.specs)."""
+    return _field(SPECS[option][0], strategies_help(option, intro, SPECS[option]), group, spec=True)
 
 
 class _Options(BaseModel):
@@ -169,10 +172,7 @@ class EngineConfig(_Options):
         "feedback (default: no limit).", RUN, gt=0)
     # where rollouts run (engine/executors.py): in this process, or as Ray tasks on a cluster; in Python also an
     # Executor object. The run is the same either way
-    executor: str | Executor = _field(
-        "local", "Where rollouts run: local (this process) or ray(address=null) (Ray tasks on the cluster at address, "
-        "default $RAY_ADDRESS or a local Ray; extra gepetto[ray]; docs/integrations.md); in Python also an "
-        "Executor object.", RUN, choices=SPECS["executor"])
+    executor: str | Executor = _strategy("executor", "Where rollouts run (in Python also an Executor object).", RUN)
     # the search
     minibatch_size: int = _field(3, "Training examples per reflection minibatch.", SEARCH, ge=1)
     seek_failures: int = _field(0, "Up to this many more training examples a parent runs when its minibatch has "
@@ -180,32 +180,17 @@ class EngineConfig(_Options):
                                 "place; 0: off.", SEARCH, ge=0)
     # the strategies (engine/strategies.py, docs/strategies.md): a built-in spec, or python:MODULE:QUALNAME for an
     # object given to gepetto.optimize()
-    parent_selector: str = _field("auto", "How the parent of a proposal is chosen: auto (the run's route: "
-                                  "current-best on the labels route, else pareto), pareto (in proportion to the "
-                                  "examples it is best on), current-best, epsilon-greedy(epsilon=0.1) (current-best, "
-                                  "or with probability epsilon any candidate).", SEARCH,
-                                  choices=SPECS["parent_selector"])
-    component_selector: str = _field("round-robin", "Which components a proposal changes: round-robin (one, "
-                                     "each parent in turn) or all.", SEARCH, choices=SPECS["component_selector"])
-    minibatch_sampler: str = _field("epoch-shuffled", "Which training examples a parent runs on before reflection: "
-                                    "epoch-shuffled (the next ones of a seeded order shuffled each epoch, skipping "
-                                    "solved ones).", SEARCH, choices=SPECS["minibatch_sampler"])
-    accept: str = _field("strict", "A child passes its minibatch test when it scores higher (strict) or at least as "
-                         "high (non-decreasing) as its parent, or (paired(tolerance=0.0, retests=1), for a noisy task "
-                         "LM or judge) when its mean paired gain exceeds tolerance, a tie being tested again on "
-                         "fresh examples up to retests times.", SEARCH, choices=SPECS["accept"])
+    parent_selector: str = _strategy("parent_selector", "How the parent of a proposal is chosen.", SEARCH)
+    component_selector: str = _strategy("component_selector", "Which components a proposal changes.", SEARCH)
+    minibatch_sampler: str = _strategy("minibatch_sampler", "Which training examples a parent runs on before "
+                                       "reflection.", SEARCH)
+    accept: str = _strategy("accept", "When a child passes its minibatch test against its parent.", SEARCH)
     proposals_per_round: int = _field(1, "Proposals tried at once (faster against slow parallel LM APIs).",
                                       SEARCH, ge=1)
     # racing validation (engine/racing.py): an accepted child runs the validation set in chunks and stops as soon
     # as it provably cannot enter the Pareto front nor become the best (exact: same front and best as a full pass)
-    validation: str = _field("full", "How an accepted child is validated: full (every validation example), or "
-                             "racing(chunk=5, confidence=null) (in chunks, stopped once it provably can neither "
-                             "enter the Pareto front nor become the best: exact, saves validation rollouts; with a "
-                             "confidence also on a one-sided sign test, not exact).", SEARCH,
-                             choices=SPECS["validation"])
-    merge: str = _field("merge", "System-aware merge of lineages that share an ancestor: merge(max=30, "
-                        "adaptive=false) (at most max merges; adaptive: tried with a probability learnt from this "
-                        "run's merges) or off.", SEARCH, choices=SPECS["merge"])
+    validation: str = _strategy("validation", "How an accepted child is validated.", SEARCH)
+    merge: str = _strategy("merge", "Whether lineages that share an ancestor are merged.", SEARCH)
     components: tuple[str, ...] | None = _field(
         None, "Components to evolve (YAML list); default: all of the seed's.", SEARCH)
     # component -> what kind of text it is ("a Python regular expression that ..."). A described component is an
@@ -217,22 +202,13 @@ class EngineConfig(_Options):
     # proposing: "rewrite" is the paper's full rewrite of the component from a minibatch (engine/reflect.py);
     # "edit" proposes rules for frequent mistakes, gated on failures and solved cases (engine/edits.py); "auto"
     # takes the run's route, chosen from the examples and the seed's first rollouts (engine/route.py)
-    proposer: str = _field("auto", "How children are proposed: auto (chosen from the seed's first rollouts: "
-                           "edit(rules=3, definitions=60) when the answers are a closed set of labels, else "
-                           "rewrite; edit's and rewrite's parameters given to auto are used by the one chosen), "
-                           "rewrite(max_tokens=700, prompt_chars=6000, trim=4) (a whole new text), or edit(rules=1, "
-                           "definitions=0, evidence=8, gate_solved=3, rule_max_tokens=90, max_tokens=700, "
-                           "prompt_chars=6000) (rules per proposal; docs/strategies.md).", PROPOSALS,
-                           choices=SPECS["proposer"])
+    proposer: str = _strategy("proposer", "How children are proposed (docs/strategies.md).", PROPOSALS)
     # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text; on by
     # default with the built-in proposers (docs/design-notes.md), with a proposer of one's own only when k is set,
     # and never in a run with no valset apart (it has no example to show)
-    fewshot: str = _field("fewshot", "Few-shot demonstrations (solved training examples) in a component's text: "
-                          "fewshot(k=null, share=0.5, adaptive=true, gate_solved=3, gold=null) (at most k per "
-                          f"component, default {FEWSHOT} with a built-in proposer, none when every training example "
-                          "is also a validation example; a share of proposals adds one, learnt as the run goes when "
-                          "adaptive; gold: unsolved examples shown with their gold as the answer, by default with "
-                          "whole rewrites), a number (k), or off.", PROPOSALS, choices=SPECS["fewshot"])
+    fewshot: str = _strategy("fewshot", "Few-shot demonstrations (solved training examples) in a component's text, "
+                             f"at most k per component (unset: {FEWSHOT} with a built-in proposer); a number is k.",
+                             PROPOSALS)
     reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried; a rule "
                                       "the instruction already has is not).", PROPOSALS, ge=1)
     # None: each kind of request has its own schedule (REWRITE_TEMPERATURES, RULE_TEMPERATURES)
@@ -326,10 +302,7 @@ class RunConfig(EngineConfig):
         {}, "Task options KEY=VALUE, e.g. judge_lm=openai:gpt-4.1-mini; for your own make_task, its keyword "
         "arguments.", TASK)
     # a stored run names its executor (an object is EngineConfig's only); it may change on resume
-    executor: str = _field(
-        "local", "Where rollouts run: local (this process) or ray(address=null) (Ray tasks on the cluster at address, "
-        "default $RAY_ADDRESS or a local Ray; extra gepetto[ray]; docs/integrations.md).", RUN,
-        choices=SPECS["executor"])
+    executor: str = _strategy("executor", "Where rollouts run.", RUN)
 
     # where else the run is logged (gepetto.tracking): given for each session, never stored
     tracking: TrackingName | None = _field(

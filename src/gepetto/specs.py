@@ -3,9 +3,10 @@ command line (or the YAML table `{edit: {rules: 3}}`), and kept with a stored ru
 *spec*.
 
 A built-in strategy with parameters ("knobs") is a dataclass deriving from `Knobs`, each knob a field made with
-`knob(default, description, **bounds)`; the module that defines it registers it under its option and name with
-`@builtin(option, name)` (engine/strategies.py, engine/proposers.py, ...). The configuration (config.py) reads and
-checks specs against what is registered, without importing those modules: `import gepetto` loads them.
+`knob(default, **bounds)` and documented in the class docstring's `Args:` section; the module that defines it
+registers it under its option and name with `@builtin(option, name)` (engine/strategies.py, engine/proposers.py,
+...). The class is the one source of what the CLI's help, the config errors and the docs say of it: its spec with
+the knobs' defaults (`signature`), its docstring's first paragraph and each knob's `Args:` entry (`described`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import ast
 import dataclasses
 import difflib
 import functools
+import inspect
+import json
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import Field, TypeAdapter, ValidationError
@@ -33,15 +36,63 @@ class ConfigError(ValueError):
     """A configuration a user wrote is wrong; the message names the field and what is accepted."""
 
 
-def knob(default: Any, description: str, **bounds: Any) -> Any:
-    """A knob of a strategy: its default, what it does (one sentence, shown in the docs) and its bounds (`ge`, `gt`,
-    `le`, `lt`, as pydantic's)."""
-    return dataclasses.field(default=default, metadata={"description": description, "bounds": bounds})
+def knob(default: Any, **bounds: Any) -> Any:
+    """A knob of a strategy: its default and its bounds (`ge`, `gt`, `le`, `lt`, as pydantic's); what it does is its
+    entry in the `Args:` section of the class docstring."""
+    return dataclasses.field(default=default, metadata={"bounds": bounds})
 
 
 def knob_fields(cls: type) -> list[dataclasses.Field[Any]]:
     """The knobs of a strategy class, in the order they are declared (fields made with `knob`)."""
-    return [f for f in dataclasses.fields(cls) if "description" in f.metadata]
+    return [f for f in dataclasses.fields(cls) if "bounds" in f.metadata]
+
+
+def described(cls: type) -> tuple[str, dict[str, str]]:
+    """What a strategy class's own docstring says of it (Google style): its first paragraph, on one line, and the
+    entries of its `Args:` section, by name, each on one line."""
+    doc = inspect.cleandoc(vars(cls).get("__doc__") or "")
+    summary = " ".join(doc.split("\n\n", 1)[0].split())
+    args: dict[str, list[str]] = {}
+    section = None
+    for line in doc.splitlines():
+        if line.strip() and not line.startswith(" "):
+            section = line.strip()
+        elif section == "Args:" and line.strip():
+            entry = re.fullmatch(r" {4}(\w+): (.*)", line)
+            if entry:
+                args[entry.group(1)] = [entry.group(2)]
+            elif args:
+                args[list(args)[-1]].append(line.strip())
+    return summary, {name: " ".join(words) for name, words in args.items()}
+
+
+def written(value: Any) -> str:
+    """A knob's value as a config file writes it (`null`, `true`, `0.5`, `"text"`)."""
+    return json.dumps(value)
+
+
+def signature(cls: type[Knobs]) -> str:
+    """A built-in's spec with each knob at its default, as a config file writes it: `paired(tolerance=0.0,
+    retests=1)`; its bare name without knobs."""
+    knobs = knob_fields(cls)
+    return f"{cls.name}({', '.join(f'{f.name}={written(f.default)}' for f in knobs)})" if knobs else cls.name
+
+
+def knobs_help(cls: type[Knobs]) -> str:
+    """Each knob of a built-in with its default and what it does (its `Args:` entry), for a message."""
+    helps = described(cls)[1]
+    return "; ".join(f"{f.name} (default {written(f.default)}): {helps.get(f.name, '')}" for f in knob_fields(cls))
+
+
+def strategies_help(option: str, intro: str, names: Sequence[str]) -> str:
+    """The help of an option naming a strategy: `intro`, then each built-in of `names` (registered for `option`)
+    with its signature and what it does (its docstring's first paragraph)."""
+    entries = []
+    for name in names:
+        cls = strategy_class(option, name)
+        summary = described(cls)[0]
+        entries.append(f"{signature(cls)}: {summary[:1].lower()}{summary[1:]}")
+    return " ".join([intro, *entries])
 
 
 @functools.cache
@@ -67,7 +118,9 @@ class Knobs:
                 checked = checker.validate_python(value)
             except ValidationError as exc:
                 why = "; ".join(e["msg"] for e in exc.errors())
-                raise ConfigError(f"{self.name or type(self).__name__}: {field}={value!r}: {why}") from None
+                what = described(cls)[1].get(field)
+                raise ConfigError(f"{self.name or type(self).__name__}: {field}={value!r}: {why}"
+                                  + (f" ({field}: {what})" if what else "")) from None
             if checked is not value:  # e.g. 1 -> 1.0 for a float knob (set also on a frozen dataclass)
                 object.__setattr__(self, field, checked)
 
@@ -93,7 +146,7 @@ class Knobs:
             if key not in names:
                 close = difflib.get_close_matches(key, names, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                accepted = f"accepted: {', '.join(names)}" if names else "it takes none"
+                accepted = f"accepted: {knobs_help(cls)}" if names else "it takes none"
                 raise ConfigError(f"{cls.name}: unknown parameter {key!r}{hint}; {accepted}")
         return cls(**params)
 
@@ -118,7 +171,7 @@ def builtin(option: str, name: str) -> Callable[[type[K]], type[K]]:
 @builtin("fewshot", "off")
 @dataclasses.dataclass(frozen=True)
 class Off(Knobs):
-    """None of it: no merges (`merge: off`), no few-shot demonstrations (`fewshot: off`)."""
+    """None: no merges (`merge: off`), or no few-shot demonstrations (`fewshot: off`)."""
 
 
 def _literal(node: ast.expr) -> Any:
@@ -189,5 +242,6 @@ def canonical(option: str, spec: Any) -> str:
     return build(option, spec).spec
 
 
-__all__ = ["REGISTRY", "ConfigError", "Knobs", "Off", "build", "builtin", "canonical", "format_spec", "is_builtin",
-           "knob", "knob_fields", "parse_spec", "strategy_class"]
+__all__ = ["REGISTRY", "ConfigError", "Knobs", "Off", "build", "builtin", "canonical", "described", "format_spec",
+           "is_builtin", "knob", "knob_fields", "knobs_help", "parse_spec", "signature", "strategies_help",
+           "strategy_class", "written"]

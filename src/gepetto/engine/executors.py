@@ -44,11 +44,15 @@ class Local(Knobs):
 @builtin("executor", "ray")
 @dataclass(frozen=True)
 class Ray(Knobs):
-    """Rollouts as Ray tasks (`gepetto.integrations.ray.RayExecutor`, extra gepetto[ray], imported only when a run
-    uses it); the run is the same as in this process."""
+    """Rollouts as Ray tasks on a cluster (extra gepetto[ray]; docs/integrations.md); the run is the same.
 
-    address: str | None = knob(None, "The Ray cluster to join (default: $RAY_ADDRESS, else a local Ray started "
-                               "for the run).")
+    `gepetto.integrations.ray.RayExecutor`, imported only when a run uses it.
+
+    Args:
+        address: The Ray cluster to join (default: $RAY_ADDRESS, else a local Ray started for the run).
+    """
+
+    address: str | None = knob(None)
 
     def bind(self, config: Any) -> Executor:
         executor: Executor = importlib.import_module("gepetto.integrations.ray").RayExecutor(self.address)

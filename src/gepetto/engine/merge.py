@@ -19,13 +19,16 @@ from gepetto.types import Candidate
 @builtin("merge", "merge")
 @dataclass(frozen=True)
 class Merge(Knobs):
-    """System-aware merge of two lineages that share an ancestor, due after each accepted proposal (`merge: off`
-    for none)."""
+    """System-aware merge of two lineages that share an ancestor, due after each accepted proposal.
 
-    max: int = knob(30, "Merges at most.", ge=0)
-    adaptive: bool = knob(False, "Try a due merge with probability (merges accepted + 2) / (merges tried + 2), "
-                          "learnt as the run goes; a skipped merge, or one with no pair to merge, makes room for a "
-                          "proposal in the same iteration.")
+    Args:
+        max: Merges at most.
+        adaptive: Try a due merge with probability (merges accepted + 2) / (merges tried + 2), learnt as the run
+            goes; a skipped merge, or one with no pair to merge, makes room for a proposal in the same iteration.
+    """
+
+    max: int = knob(30, ge=0)
+    adaptive: bool = knob(False)
 
 
 def merge_chance(accepted: int, tried: int) -> float:

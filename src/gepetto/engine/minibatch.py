@@ -19,8 +19,9 @@ from gepetto.types import Candidate, Example
 @builtin("minibatch_sampler", "epoch-shuffled")
 @dataclass
 class EpochShuffled(Knobs):
-    """The next `size` examples of the training order, shuffled anew each epoch, skipping examples the parent
-    already solves (they teach nothing) unless too few are left.
+    """The next minibatch of a seeded order shuffled anew each epoch, skipping examples the parent already solves.
+
+    A minibatch is `size` examples; a solved one teaches nothing, and is skipped unless too few are left.
 
     The order of epoch k comes from `random.Random(f"{seed}:epoch:{k}")`, not from the iteration's rng, so that
     an epoch is one fixed permutation whatever the iterations draw; the position is `state.train_cursor`. A run

@@ -304,17 +304,23 @@ def drop_unit(text: str, unit: str) -> str:
 @builtin("proposer", "rewrite")
 @dataclass(frozen=True)
 class Rewrite(Knobs, Proposer):
-    """The paper's proposer: show the reflection LM the minibatch rollouts of one component with their feedback
-    and ask for a whole new text; vet each answer (engine/reflect.py) and ask again, told why, a bounded number of
-    times. With several components, one rewrite each. A described component is an artifact, kept verbatim.
-    Before the search, `trim` openings ask no LM: each is the seed without one sentence or line of its instruction
-    (origin "trim")."""
+    """The paper's proposer: a whole new text, written from a component's minibatch rollouts and their feedback.
 
-    max_tokens: int = knob(700, "Longest reflection answer (tokens); doubled after an answer cut off.", ge=1)
-    prompt_chars: int = knob(6000, "Longest reflection prompt (characters; long traces are cut).", ge=1)
+    The reflection LM is shown the minibatch rollouts of one component with their feedback and asked for a whole
+    new text; each answer is vetted (engine/reflect.py) and asked again, told why, a bounded number of times. With
+    several components, one rewrite each. A described component is an artifact, kept verbatim. Before the search,
+    `trim` openings ask no LM: each is the seed without one sentence or line of its instruction (origin "trim").
 
-    trim: int = knob(4, "Before the search, try the seed without one of its sentences (or lines), for up to this "
-                     "many of them, with no reflection call (0: none).", ge=0)
+    Args:
+        max_tokens: Longest reflection answer (tokens); doubled after an answer cut off.
+        prompt_chars: Longest reflection prompt (characters; long traces are cut).
+        trim: Before the search, try the seed without one of its sentences (or lines), for up to this many of
+            them, with no reflection call (0: none).
+    """
+
+    max_tokens: int = knob(700, ge=1)
+    prompt_chars: int = knob(6000, ge=1)
+    trim: int = knob(4, ge=0)
 
     async def propose(self, request: ProposalRequest) -> Proposal | dict[str, str] | None:
         if all(r.score.value >= request.config.perfect_score for r in request.runs):
@@ -381,7 +387,9 @@ class Rewrite(Knobs, Proposer):
 @builtin("proposer", "edit")
 @dataclass(frozen=True)
 class Edit(Knobs, Proposer):
-    """One rule for one frequent mistake of the parent (engine/edits.py), tested on that mistake's failures and
+    """Rules for the parent's frequent mistakes, each tested on its mistake's failures and on solved cases.
+
+    One rule for one frequent mistake of the parent (engine/edits.py), tested on that mistake's failures and
     on solved cases. The parent first runs on training examples it has not run yet (its evidence grows); a
     described component (an artifact) is rewritten whole instead (as `Rewrite`, with `max_tokens` and
     `prompt_chars`), on the sampler's minibatch. Rules that did not help, and patterns no usable rule came for
@@ -394,18 +402,27 @@ class Edit(Knobs, Proposer):
     parent runs on up to n training examples, and every answer seen in a confusion there ("answered X, expected
     Y": X and Y) gets one rule written from up to 4 inputs whose right answer it is
     (`edits.build_definition_prompt`); one child, validated without a test. Later proposals sharpen those lines
-    one answer at a time."""
+    one answer at a time.
 
-    rules: int = knob(1, "Rules per proposal, each for another failure pattern; the child is tested on every "
-                      "pattern's failures and on solved cases, and validated once for all.", ge=1)
-    definitions: int = knob(0, "The run's first proposal on a component runs the parent on up to this many training "
-                            "examples and drafts one rule per right answer seen there (from up to 4 of its inputs), "
-                            "all in one child; 0: off.", ge=0)
-    evidence: int = knob(8, "Paid training rollouts a parent needs before its mistakes are grouped.", ge=0)
-    gate_solved: int = knob(3, "Solved examples added to a child's test, so rules that break them fail.", ge=0)
-    rule_max_tokens: int = knob(90, "Longest rule answer (tokens).", ge=1)
-    max_tokens: int = knob(700, "An artifact's whole rewrite: its longest answer (tokens).", ge=1)
-    prompt_chars: int = knob(6000, "An artifact's whole rewrite: its longest prompt (characters).", ge=1)
+    Args:
+        rules: Rules per proposal, each for another failure pattern; the child is tested on every pattern's
+            failures and on solved cases, and validated once for all.
+        definitions: The run's first proposal on a component runs the parent on up to this many training examples
+            and drafts one rule per right answer seen there (from up to 4 of its inputs), all in one child; 0: off.
+        evidence: Paid training rollouts a parent needs before its mistakes are grouped.
+        gate_solved: Solved examples added to a child's test, so rules that break them fail.
+        rule_max_tokens: Longest rule answer (tokens).
+        max_tokens: An artifact's whole rewrite: its longest answer (tokens).
+        prompt_chars: An artifact's whole rewrite: its longest prompt (characters).
+    """
+
+    rules: int = knob(1, ge=1)
+    definitions: int = knob(0, ge=0)
+    evidence: int = knob(8, ge=0)
+    gate_solved: int = knob(3, ge=0)
+    rule_max_tokens: int = knob(90, ge=1)
+    max_tokens: int = knob(700, ge=1)
+    prompt_chars: int = knob(6000, ge=1)
     config: Any = field(default=None, repr=False, compare=False)  # the run's options (`bind`)
 
     def bind(self, config: Any) -> Edit:
@@ -654,19 +671,32 @@ class Edit(Knobs, Proposer):
 @builtin("proposer", "auto")
 @dataclass(frozen=True)
 class Auto(Knobs):
-    """The run's route chooses the proposer (engine/route.py): edit(rules=3, definitions=60) on the labels route,
-    else rewrite. A parameter given here is the chosen proposer's (edit's, or rewrite's `max_tokens` and
-    `prompt_chars`) in place of the route's; edit's on the rewrite route cannot act, and warn. Until the route is
-    settled, the paper's rewrite."""
+    """The run's route chooses, from the seed's first rollouts: edit(rules=3, definitions=60) when the answers are
+    a closed set of labels, else rewrite; a parameter given here is the chosen proposer's.
 
-    rules: int | None = knob(None, "edit's rules.", ge=1)
-    definitions: int | None = knob(None, "edit's definitions.", ge=0)
-    evidence: int | None = knob(None, "edit's evidence.", ge=0)
-    gate_solved: int | None = knob(None, "edit's gate_solved.", ge=0)
-    rule_max_tokens: int | None = knob(None, "edit's rule_max_tokens.", ge=1)
-    max_tokens: int | None = knob(None, "rewrite's (and edit's) max_tokens.", ge=1)
-    prompt_chars: int | None = knob(None, "rewrite's (and edit's) prompt_chars.", ge=1)
-    trim: int | None = knob(None, "rewrite's trim.", ge=0)
+    The route is chosen in engine/route.py. A parameter given here (edit's, or rewrite's `max_tokens`,
+    `prompt_chars` and `trim`) is the chosen proposer's in place of the route's; edit's on the rewrite route cannot
+    act, and warn. Until the route is settled, the paper's rewrite.
+
+    Args:
+        rules: edit's rules.
+        definitions: edit's definitions.
+        evidence: edit's evidence.
+        gate_solved: edit's gate_solved.
+        rule_max_tokens: edit's rule_max_tokens.
+        max_tokens: rewrite's (and edit's) max_tokens.
+        prompt_chars: rewrite's (and edit's) prompt_chars.
+        trim: rewrite's trim.
+    """
+
+    rules: int | None = knob(None, ge=1)
+    definitions: int | None = knob(None, ge=0)
+    evidence: int | None = knob(None, ge=0)
+    gate_solved: int | None = knob(None, ge=0)
+    rule_max_tokens: int | None = knob(None, ge=1)
+    max_tokens: int | None = knob(None, ge=1)
+    prompt_chars: int | None = knob(None, ge=1)
+    trim: int | None = knob(None, ge=0)
 
     def bind(self, config: Any) -> Rewrite:
         rewrite = {k: v for k, v in self.knobs().items()
@@ -701,25 +731,34 @@ def counted(proposal: Proposal, tally: list[int]) -> Proposal:
 @builtin("fewshot", "fewshot")
 @dataclass(frozen=True)
 class FewShot(Knobs, Proposer):
-    """Few-shot demonstrations (engine/demos.py) next to another proposer (`around`): with probability `share` a
-    proposal adds one solved training example to a component's demonstrations (at most `k`, see `demos.add` for
-    which one goes), chosen to show the right answer of one of the parent's frequent mistakes and to look like the
-    inputs it got wrong; it costs no reflection call and is tested like an edit, on that mistake's failures and on
-    `gate_solved` solved cases. Otherwise, or when no mistake or usable solved example is known, the other proposer
-    proposes (the built-ins see only the instruction part). Its children have origin "demo". With `adaptive` the
-    share is learnt from how each kind's tests went in this run (`demo_share`)."""
+    """Few-shot demonstrations: a share of proposals adds a solved training example to a component's text.
 
-    k: int | None = knob(None, "Most demonstrations per component (0: none); unset: 4 with a built-in proposer "
-                         "(none when every training example is also a validation example), none with one's own.",
-                         ge=0)
-    share: float = knob(0.5, "The share of proposals that add a demonstration.", ge=0, le=1)
-    adaptive: bool = knob(True, "Learn the share as the run goes: `share` weighted by how often demonstrations and "
-                          "other proposals passed their tests.")
-    gate_solved: int = knob(3, "Solved examples added to a demonstration's test.", ge=0)
-    gold: bool | None = knob(None, "Also demonstrate training examples no candidate has solved, with their gold "
-                             "written as the answer (where the program returns its one LM call's answer as is and the "
-                             "metric scores that answer perfect); unset: with whole rewrites (open answers), not with "
-                             "rule edits (labels, which the task LM's solved answers show).")
+    Next to another proposer (`around`; engine/demos.py): with probability `share` a proposal adds one solved
+    training example to a component's demonstrations (at most `k`, see `demos.add` for which one goes), chosen to
+    show the right answer of one of the parent's frequent mistakes and to look like the inputs it got wrong; it
+    costs no reflection call and is tested like an edit, on that mistake's failures and on `gate_solved` solved
+    cases. Otherwise, or when no mistake or usable solved example is known, the other proposer proposes (the
+    built-ins see only the instruction part). Its children have origin "demo". With `adaptive` the share is learnt
+    from how each kind's tests went in this run (`demo_share`).
+
+    Args:
+        k: Most demonstrations per component (0: none); unset: the configuration's default with a built-in
+            proposer (none when every training example is also a validation example), none with one's own.
+        share: The share of proposals that add a demonstration.
+        adaptive: Learn the share as the run goes: `share` weighted by how often demonstrations and other
+            proposals passed their tests.
+        gate_solved: Solved examples added to a demonstration's test.
+        gold: Also demonstrate training examples no candidate has solved, with their gold written as the answer
+            (where the program returns its one LM call's answer as is and the metric scores that answer perfect);
+            unset: with whole rewrites (open answers), not with rule edits (labels, which the task LM's solved
+            answers show).
+    """
+
+    k: int | None = knob(None, ge=0)
+    share: float = knob(0.5, ge=0, le=1)
+    adaptive: bool = knob(True)
+    gate_solved: int = knob(3, ge=0)
+    gold: bool | None = knob(None)
     inner: Proposer | None = field(default=None, repr=False, compare=False)  # the other proposer (`around`)
     config: Any = field(default=None, repr=False, compare=False)  # the run's options (`bind`)
     _warned: list[str] = field(default_factory=list, init=False, repr=False, compare=False)

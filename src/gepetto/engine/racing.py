@@ -49,15 +49,19 @@ class Full(Knobs):
 @builtin("validation", "racing")
 @dataclass(frozen=True)
 class Racing(Knobs):
-    """An accepted child runs the validation set in chunks and stops as soon as it provably can neither enter the
-    Pareto front nor become the best (exact: the same front and best as a full pass, fewer rollouts); the budget's
-    tail is spent on a last proposal whose child may end partial. With `confidence`, also cut on a one-sided sign
-    test (not exact)."""
+    """In chunks, stopped once the child provably can neither enter the Pareto front nor become the best.
 
-    chunk: int = knob(5, "Validation examples run between two checks.", ge=1)
-    confidence: float | None = knob(
-        None, "Also cut a child once a one-sided sign test says, at this confidence, that a front member is better "
-        "(never below the child, above it on enough examples run; 5 at 0.95); none: proof only.", gt=0.5, lt=1)
+    Exact: the same front and best as a full pass, fewer rollouts; the budget's tail is spent on a last proposal
+    whose child may end partial. With `confidence`, also cut on a one-sided sign test (not exact).
+
+    Args:
+        chunk: Validation examples run between two checks.
+        confidence: Also cut a child once a one-sided sign test says, at this confidence, that a front member is
+            better (never below the child, above it on enough examples run; 5 at 0.95); none: proof only.
+    """
+
+    chunk: int = knob(5, ge=1)
+    confidence: float | None = knob(None, gt=0.5, lt=1)
 
 
 def validation_order(val_ids: Sequence[str], front_scores: np.ndarray, parent_scores: Sequence[float],

@@ -102,8 +102,9 @@ class FunctionAcceptance(Acceptance):
 @builtin("parent_selector", "pareto")
 @dataclass(frozen=True)
 class Pareto(Knobs):
-    """The paper's rule: a candidate of the Pareto front, drawn in proportion to the validation examples on which
-    it has the best score (the best mean gets at least one vote: engine/pareto.py)."""
+    """The paper's rule: a candidate of the Pareto front, in proportion to the validation examples it is best on.
+
+    The best mean gets at least one vote (engine/pareto.py)."""
 
     def __call__(self, state: RunState, rng: random.Random) -> int:
         return state.archive.sample(rng)
@@ -112,15 +113,18 @@ class Pareto(Knobs):
 @builtin("parent_selector", "auto")
 @dataclass(frozen=True)
 class RouteParent(Pareto):
-    """The run's route chooses (engine/route.py): current-best on the labels route, else pareto; the paper's
-    (pareto) until the route is settled."""
+    """The run's route chooses: current-best on the labels route, else pareto.
+
+    The route is chosen from the seed's validation (engine/route.py); until then, the paper's (pareto)."""
 
 
 @builtin("parent_selector", "current-best")
 @dataclass(frozen=True)
 class CurrentBest(Knobs):
-    """Always the leader: the highest mean, the earliest of ties (`ParetoArchive.leader`; the candidate a run
-    returns must also beat the seed on evidence, and the best before it unless it is its child). Draws nothing."""
+    """Always the leader: the highest mean validation score, the earliest of ties.
+
+    `ParetoArchive.leader`; the candidate a run returns must also beat the seed on evidence, and the best before it
+    unless it is its child. Draws nothing."""
 
     def __call__(self, state: RunState, rng: random.Random) -> int:
         return state.archive.leader()
@@ -129,9 +133,13 @@ class CurrentBest(Knobs):
 @builtin("parent_selector", "epsilon-greedy")
 @dataclass(frozen=True)
 class EpsilonGreedy(Knobs):
-    """The leader (as CurrentBest), or with probability `epsilon` any candidate of the pool (uniformly)."""
+    """The leader (as current-best), or with probability `epsilon` any candidate of the pool (uniformly).
 
-    epsilon: float = knob(0.1, "The probability of a random parent.", ge=0, le=1)
+    Args:
+        epsilon: The probability of a random parent.
+    """
+
+    epsilon: float = knob(0.1, ge=0, le=1)
 
     def __call__(self, state: RunState, rng: random.Random) -> int:
         if rng.random() < self.epsilon:
@@ -143,7 +151,7 @@ class EpsilonGreedy(Knobs):
 @builtin("component_selector", "round-robin")
 @dataclass(frozen=True)
 class RoundRobin(Knobs):
-    """One component per proposal: each parent goes through the components in turn (`state.next_component`)."""
+    """One component per proposal, each parent going through the components in turn (`state.next_component`)."""
 
     def __call__(self, state: RunState, parent: int, components: Sequence[str], rng: random.Random
                  ) -> Sequence[str]:
@@ -184,12 +192,19 @@ class NonDecreasing(Knobs, Acceptance):
 @builtin("accept", "paired")
 @dataclass(frozen=True)
 class Paired(Knobs, Acceptance):
-    """For a noisy task LM or judge: the mean paired difference (child minus parent, example by example) must
-    exceed `tolerance` to pass and fall below -`tolerance` to fail; in between (a tie within the noise) parent and
-    child are tested again on fresh examples and the pooled pairs decide (a tie after the last is a rejection)."""
+    """For a noisy task LM or judge: the child's mean paired gain over its parent must exceed `tolerance`.
 
-    tolerance: float = knob(0.0, "A mean gain per example within this of 0 is a tie, tested again.", ge=0, le=1)
-    retests: int = knob(1, "How many times a tie is tested again on fresh examples.", ge=0)
+    The gain is the mean difference, child minus parent, example by example; below -`tolerance` the child fails;
+    in between (a tie within the noise) parent and child are tested again on fresh examples and the pooled pairs
+    decide (a tie after the last is a rejection).
+
+    Args:
+        tolerance: A mean gain per example within this of 0 is a tie, tested again.
+        retests: How many times a tie is tested again on fresh examples.
+    """
+
+    tolerance: float = knob(0.0, ge=0, le=1)
+    retests: int = knob(1, ge=0)
 
     def __call__(self, before: Sequence[float], after: Sequence[float]) -> bool | None:
         if not after:
