@@ -844,7 +844,7 @@ class _AnswerClock:
         self._start = time.perf_counter()
 
     def __call__(self, event: Any) -> None:
-        from gepetto import events as ev
+        from gepetto.engine import events as ev
 
         now = time.perf_counter()
         if isinstance(event, ev.ReflectionAnswered):
@@ -856,7 +856,7 @@ class _AnswerClock:
 
 def timeline(task_name: str, seeds: list[int], budget: int, out: Path | None, metric: str = "plain") -> None:
     """Where a run's reflection time goes: its answers (`_AnswerClock`), usable or refused."""
-    from gepetto.events import Outcome
+    from gepetto.engine.events import Outcome
 
     rows = []
     for seed in seeds:

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gepetto import events as ev
 from gepetto.api import evaluate_async
+from gepetto.engine import events as ev
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm
 from gepetto.runner import load_config, start_or_resume

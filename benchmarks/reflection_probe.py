@@ -29,7 +29,7 @@ from collections import Counter
 
 from gepetto.api import evaluate_async
 from gepetto.engine import reflect
-from gepetto.events import Outcome
+from gepetto.engine.events import Outcome
 from gepetto.lm.names import make_lm
 from gepetto.tasks import load_task
 from gepetto.types import Candidate

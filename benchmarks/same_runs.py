@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import gepetto
-from gepetto import events as ev
 from gepetto.config import EngineConfig
+from gepetto.engine import events as ev
 from gepetto.testing import ScriptedLM, sim
 from gepetto.types import Example
 

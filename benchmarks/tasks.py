@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gepetto.api import evaluate_async
-from gepetto.events import CandidateAdded, Event
+from gepetto.engine.events import CandidateAdded, Event
 from gepetto.ledger import Ledger
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm

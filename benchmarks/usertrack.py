@@ -47,8 +47,8 @@ from realtrack import _option  # (--set KEY=VALUE, as realtrack.py reads it)
 from user_metrics import user_metric
 
 import gepetto
-from gepetto import events as ev
 from gepetto.api import evaluate_async
+from gepetto.engine import events as ev
 from gepetto.engine.pareto import EVIDENCE_LEVEL, stored_best
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm

@@ -8,8 +8,8 @@ import pytest
 
 import gepetto
 from gepetto.engine import edits
+from gepetto.engine.events import Outcome
 from gepetto.engine.reflect import ReflectionExample, build_prompt, reflective_examples, vet
-from gepetto.events import Outcome
 from gepetto.program import Rollout, TraceEntry
 from gepetto.testing import ScriptedLM
 from gepetto.types import Candidate, Example, Score

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import gepetto
 from gepetto.cli import app
-from gepetto.events import StopReason
+from gepetto.engine.events import StopReason
 from gepetto.store.sqlite import RunStore, StoreError
 from gepetto.testing import ScriptedLM, sim
 from gepetto.types import Example, Score

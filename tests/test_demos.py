@@ -245,7 +245,7 @@ def test_by_default_a_run_without_a_valset_apart_is_one_without_demonstrations_a
 def test_at_the_budgets_tail_a_last_proposal_is_made_without_a_demonstration():
     # a demonstration's test (minibatch + its gate_solved examples) no longer fits: the last proposal is tested on its
     # minibatch, so the budget is spent as it would be without few-shot
-    from gepetto.events import ProposalTested
+    from gepetto.engine.events import ProposalTested
     from gepetto.testing import sim
 
     task, seen = sim.task(n_train=6, n_val=6, kinds=2), []
@@ -283,7 +283,7 @@ def _copying_reflection():
 
 @pytest.mark.parametrize("fewshot", [0, 3])
 def test_a_rewrite_keeps_the_demonstrations_and_is_no_echo_of_them(fewshot):
-    from gepetto.events import Outcome, ProposalTested, ReflectionAnswered
+    from gepetto.engine.events import Outcome, ProposalTested, ReflectionAnswered
 
     train = [Example({"message": f"vague message of kind {k} (#t{k}) {_LONG}"}, gold=_label(str(k)), id=f"t{k}")
              for k in range(3)]
@@ -361,7 +361,7 @@ def test_the_demo_share_starts_at_the_given_share_and_follows_the_tests():
 
 
 def _demo_tests(task_lm, *, adaptive):
-    from gepetto.events import ProposalTested
+    from gepetto.engine.events import ProposalTested
 
     seen = []
     reflection = ScriptedLM(lambda m, p: "<new_instruction>Classify the message carefully.</new_instruction>",
@@ -447,7 +447,7 @@ def test_a_mapping_gold_loses_the_fields_the_metric_does_not_need():
         ok = data.get("item") == "cup" and data.get("quantity") == example.gold["quantity"]
         return Score(1.0 if ok else 0.0, "Checked.")
 
-    from gepetto.events import ProposalTested
+    from gepetto.engine.events import ProposalTested
 
     seen: list = []
     engine = build_engine({"instruction": "Reply with JSON."}, train, metric, callbacks=seen.append, valset=[

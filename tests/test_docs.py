@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 import gepetto
-from gepetto import events as ev
+from gepetto.engine import events as ev
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -11,8 +11,8 @@ import pytest
 dspy = pytest.importorskip("dspy")
 
 import gepetto  # noqa: E402
-from gepetto import events as ev  # noqa: E402
 from gepetto.config import EngineConfig  # noqa: E402
+from gepetto.engine import events as ev  # noqa: E402
 from gepetto.integrations import dspy as gdspy  # noqa: E402
 from gepetto.integrations.dspy import _as_score, _metric_arity  # noqa: E402
 from gepetto.store.sqlite import RunStore  # noqa: E402

@@ -8,8 +8,8 @@ import pytest
 
 from gepetto.api import build_engine
 from gepetto.engine import edits
+from gepetto.engine.events import Outcome
 from gepetto.engine.proposers import Edit
-from gepetto.events import Outcome
 from gepetto.program import Rollout, TraceEntry
 from gepetto.testing import ScriptedLM, sim
 from gepetto.types import Score
@@ -552,7 +552,7 @@ def test_the_first_draft_goes_before_a_demonstration_and_only_once():
 
 def test_a_run_with_a_first_draft_resumes_to_the_uninterrupted_result(tmp_path):
     import gepetto
-    from gepetto.events import StopReason
+    from gepetto.engine.events import StopReason
     from gepetto.store.sqlite import RunStore
 
     seed, train, val, metric, program, task_lm = _topic_task()

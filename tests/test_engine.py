@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gepetto
+from gepetto.engine.events import IterationEnded, Outcome, PlanMade, RolloutFinished, StopReason
 from gepetto.engine.merge import Merge, find_merge, merge_chance, merge_texts
-from gepetto.events import IterationEnded, Outcome, PlanMade, RolloutFinished, StopReason
 from gepetto.lm.base import Completion, LMUnavailable, Usage
 from gepetto.program import MetricError
 from gepetto.store.sqlite import RunStore, StoredRollouts
@@ -771,7 +771,7 @@ def test_a_leader_held_back_for_want_of_evidence_is_confirmed_on_fresh_training_
                            storage=str(tmp_path / "s.sqlite"), run="r", progress=False)
     child = next(c for c in res.candidates if c.origin == "reflection")
     assert child.mean == 0.05 > res.seed_score == 0.0
-    confirmed = [e for e in events if isinstance(e, gepetto.events.BestConfirmed)]
+    confirmed = [e for e in events if isinstance(e, gepetto.engine.events.BestConfirmed)]
     if fresh_kind == 1:
         assert res.best_index == child.index and child.evident
         assert confirmed and confirmed[0].index == child.index and confirmed[0].examples == 9

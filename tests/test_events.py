@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import gepetto
-from gepetto import events as ev
+from gepetto.engine import events as ev
+from gepetto.engine.events import Outcome, StopReason
 from gepetto.engine.pareto import ParetoArchive, best_index, evidence
-from gepetto.events import Outcome, StopReason
 from gepetto.lm.base import LMUnavailable
 from gepetto.report import render_report
 from gepetto.store.snapshot import run_snapshot

@@ -82,13 +82,13 @@ def test_import_gepetto_loads_no_test_double():
 # Bottom first. A module belongs to the layer of the longest prefix naming it; `import gepetto` (the package) is on
 # top. Every import counts: at module level, inside a function, and under TYPE_CHECKING.
 LAYERS = [
-    # gepetto.store.db: the store's connection (SQLite or PostgreSQL), which the response cache (lm) shares
-    ("types", ["gepetto.types", "gepetto.secrets", "gepetto.ledger", "gepetto._install", "gepetto.store.db"]),
+    # gepetto.db: the store's connection (SQLite or PostgreSQL), which the response cache (lm) shares
+    ("types", ["gepetto.types", "gepetto.secrets", "gepetto.ledger", "gepetto._install", "gepetto.db"]),
     ("lm", ["gepetto.lm"]),
     ("program", ["gepetto.program"]),
     ("tasks and test doubles", ["gepetto.tasks", "gepetto.usertask", "gepetto.testing"]),
     ("specs", ["gepetto.specs"]),
-    ("engine", ["gepetto.engine", "gepetto.events", "gepetto.strategies"]),
+    ("engine", ["gepetto.engine", "gepetto.strategies"]),
     ("config", ["gepetto.config", "gepetto.presets"]),
     ("services", ["gepetto.store", "gepetto.report", "gepetto.progress", "gepetto.tracking",
                   "gepetto.integrations.mlflow", "gepetto.integrations.ray"]),
@@ -144,6 +144,27 @@ def test_each_module_has_a_layer_and_the_order_is_the_design():
     assert sorted(order, key=names.index, reverse=True) == order  # cli -> api -> runner -> ... -> types
     unplaced = sorted(m for m in MODULES if LAYERS[layer(m)][0] == "package" and m not in LAYERS[-1][1])
     assert not unplaced, f"put these modules in a layer of LAYERS: {unplaced}"
+
+
+# a folder of optional extras: each module in the layer of what it serves (the README's drawing says so)
+MIXED = {"gepetto.integrations"}
+
+
+def test_each_folder_is_one_layer():
+    """A folder of the package holds one layer's modules, so that where a module sits says what it may import:
+    LAYERS names folders and top-level modules, never a module inside a folder (the store's connection, which the
+    response cache shares, is `gepetto/db.py`, not in `store/`; the events the engine emits are `engine/events.py`)."""
+    folders = {m for m, p in MODULES.items() if p.name == "__init__.py" and m != "gepetto"} - MIXED
+    mixed = {}
+    for folder in sorted(folders):
+        layers = {LAYERS[layer(m)][0] for m in MODULES if m == folder or m.startswith(folder + ".")}
+        if len(layers) > 1:
+            mixed[folder] = sorted(layers)
+    assert not mixed, f"folders holding modules of several layers: {mixed}"
+    inside = [p for _, prefixes in LAYERS for p in prefixes
+              if p.count(".") > 1 and not any(p.startswith(m + ".") for m in MIXED)]
+    assert not inside, f"LAYERS places modules inside a folder apart from it: {inside}"
+    assert len(folders) >= 7
 
 
 def test_imports_go_down_the_layers():

@@ -3,7 +3,7 @@
 import asyncio
 
 from gepetto.api import build_engine
-from gepetto.events import Outcome
+from gepetto.engine.events import Outcome
 from gepetto.testing import ScriptedLM, sim
 
 LONG = "Answer the question. " + "Be careful and thorough in every single respect. " * 10  # ~510 chars
@@ -55,7 +55,7 @@ def test_an_edit_rule_that_overflows_the_budget_costs_a_retry():
 
 
 def test_an_over_long_proposal_costs_no_rollout():
-    from gepetto.events import ProposalTested, RolloutFinished
+    from gepetto.engine.events import ProposalTested, RolloutFinished
 
     events = []
     reflection = ScriptedLM(lambda m, p: f"<new_instruction>{LONG}</new_instruction>")  # always too long

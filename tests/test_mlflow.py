@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import gepetto
-from gepetto import events as ev
 from gepetto.config import load_config
+from gepetto.engine import events as ev
 from gepetto.integrations.mlflow import MlflowTracker, flat_params, read_event
 from gepetto.runner import start_or_resume
 from gepetto.store.sqlite import RunStore

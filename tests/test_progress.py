@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from gepetto import events as ev
+from gepetto.engine import events as ev
 from gepetto.lm.base import LMUnavailable
 from gepetto.progress import ProgressDisplay
 

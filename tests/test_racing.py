@@ -11,13 +11,13 @@ from hypothesis import strategies as hst
 from typer.testing import CliRunner
 
 import gepetto
-from gepetto import events as ev
 from gepetto.cli import app
 from gepetto.config import ConfigError, EngineConfig
+from gepetto.engine import events as ev
 from gepetto.engine import racing
+from gepetto.engine.events import Outcome
 from gepetto.engine.pareto import ParetoArchive
 from gepetto.engine.racing import Racing
-from gepetto.events import Outcome
 from gepetto.progress import ProgressDisplay
 from gepetto.report.html import render_report
 from gepetto.store.snapshot import run_snapshot

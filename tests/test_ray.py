@@ -9,7 +9,7 @@ import pytest
 
 import gepetto
 from gepetto.config import load_config
-from gepetto.events import RolloutFinished
+from gepetto.engine.events import RolloutFinished
 from gepetto.runner import start_or_resume
 from gepetto.testing import FakeOpenAIServer, sim, sim_responder
 

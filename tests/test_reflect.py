@@ -2,6 +2,7 @@
 
 import pytest
 
+from gepetto.engine.events import Outcome
 from gepetto.engine.reflect import (
     ReflectionExample,
     build_prompt,
@@ -11,7 +12,6 @@ from gepetto.engine.reflect import (
     reflective_examples,
     vet,
 )
-from gepetto.events import Outcome
 from gepetto.program import Rollout, TraceEntry
 from gepetto.types import Example, Score
 

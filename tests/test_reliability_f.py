@@ -27,7 +27,7 @@ import gepetto
 from gepetto import Example, Score
 from gepetto.cli import app
 from gepetto.config import ConfigError
-from gepetto.events import StopReason
+from gepetto.engine.events import StopReason
 from gepetto.lm.base import Completion, LMError, LMUnavailable
 from gepetto.lm.openai import OpenAILM
 from gepetto.report import write_report

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import gepetto
-from gepetto.events import CandidateAdded, Event
+from gepetto.engine.events import CandidateAdded, Event
 from gepetto.program import run_rollout
 from gepetto.report import render_report, write_report
 from gepetto.report.html import word_diff

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gepetto.events import RolloutFinished, StopReason
+from gepetto.engine.events import RolloutFinished, StopReason
 from gepetto.runner import load_config, start_or_resume
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore
@@ -294,7 +294,8 @@ def test_a_run_whose_inputs_hold_a_set_resumes_under_another_hash_seed(tmp_path)
 KILLRUN = '''
 import os, sys, signal, hashlib, json
 import gepetto
-from gepetto import events as ev, Example
+from gepetto import Example
+from gepetto.engine import events as ev
 from gepetto.testing import sim
 from gepetto.testing.sim import SimReflectionLM, SimTaskLM
 from gepetto.lm.base import Completion

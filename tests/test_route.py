@@ -4,7 +4,7 @@ import re
 import warnings
 
 import gepetto
-from gepetto import events as ev
+from gepetto.engine import events as ev
 from gepetto.engine import route
 from gepetto.engine.answers import AnswerSet
 from gepetto.program import Rollout, TraceEntry

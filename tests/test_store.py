@@ -4,7 +4,7 @@ import sqlite3
 import threading
 
 import gepetto
-from gepetto.events import CandidateAdded
+from gepetto.engine.events import CandidateAdded
 from gepetto.program import Rollout, TraceEntry
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import SCHEMA, RunStore, StoredRollouts
@@ -132,7 +132,7 @@ def test_a_store_on_a_read_only_filesystem_is_read_as_immutable(tmp_path, monkey
     so even `runs` and `show` failed ("unable to open database file"); reading falls back to an immutable open."""
     import pytest
 
-    from gepetto.store import db as dbmod
+    from gepetto import db as dbmod
 
     task = sim.task(n_train=4, n_val=4)
     gepetto.optimize(task.seed_candidate, task.trainset, task.metric, valset=task.valset, program=task.program,

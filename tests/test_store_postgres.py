@@ -21,10 +21,10 @@ import pytest
 from typer.testing import CliRunner
 
 from gepetto.cli import app
+from gepetto.db import SCHEMA_NAME, StoreError, shown, sqlite_path
 from gepetto.engine.state import CandidateRecord
 from gepetto.lm.base import Completion, Usage
 from gepetto.program import Rollout, TraceEntry
-from gepetto.store.db import SCHEMA_NAME, StoreError, shown, sqlite_path
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunInUse, RunStore
 from gepetto.types import Candidate, Example, Score

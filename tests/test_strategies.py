@@ -20,11 +20,19 @@ import gepetto
 from gepetto.cli import app
 from gepetto.config import ConfigError, EngineConfig, load_config
 from gepetto.engine import stopping
+from gepetto.engine.events import (
+    CandidateAdded,
+    PhaseStarted,
+    PlanMade,
+    ProposalTested,
+    RolloutFinished,
+    Stop,
+    StopReason,
+)
 from gepetto.engine.pareto import best_index
 from gepetto.engine.proposers import Proposal, ProposalRequest
 from gepetto.engine.state import CandidateRecord, RunState
 from gepetto.engine.strategies import Acceptance, CurrentBest, EpsilonGreedy, Paired, Pareto, Strict, retest_examples
-from gepetto.events import CandidateAdded, PhaseStarted, PlanMade, ProposalTested, RolloutFinished, Stop, StopReason
 from gepetto.lm.base import Completion, Usage
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore

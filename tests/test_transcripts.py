@@ -12,7 +12,7 @@ import pytest
 
 import gepetto
 from gepetto.engine.demos import split
-from gepetto.events import Outcome, RolloutFinished
+from gepetto.engine.events import Outcome, RolloutFinished
 from gepetto.report import render_report
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore

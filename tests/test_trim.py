@@ -6,7 +6,7 @@ import re
 import warnings
 
 import gepetto
-from gepetto import events as ev
+from gepetto.engine import events as ev
 from gepetto.engine.proposers import drop_unit, instruction_units
 from gepetto.testing import ScriptedLM
 from gepetto.types import Example

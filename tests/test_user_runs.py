@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import gepetto
 from gepetto.cli import app
-from gepetto.events import RolloutFinished
+from gepetto.engine.events import RolloutFinished
 from gepetto.store.sqlite import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]

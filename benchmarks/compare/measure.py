@@ -29,7 +29,7 @@ from typing import Any
 from benchmarks.compare.real_summary import rollouts_to_reach
 
 from gepetto.api import evaluate_async, optimize
-from gepetto.events import CandidateAdded, Event, Outcome, ProposalTested, ReflectionAnswered
+from gepetto.engine.events import CandidateAdded, Event, Outcome, ProposalTested, ReflectionAnswered
 from gepetto.lm.base import LM, Completion, Message
 from gepetto.program import Metric, Task, TraceEntry
 from gepetto.types import Candidate, Example, Score

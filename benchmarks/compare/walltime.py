@@ -45,7 +45,7 @@ from benchmarks.compare.measure import (
     test_score,
 )
 
-from gepetto.events import CandidateAdded, Event, Outcome
+from gepetto.engine.events import CandidateAdded, Event, Outcome
 from gepetto.lm.base import Completion
 from gepetto.testing import FakeOpenAIServer
 from gepetto.types import Example

@@ -24,7 +24,7 @@ from collections import Counter
 from typing import Any
 
 import gepetto
-from gepetto import events as ev
+from gepetto.engine import events as ev
 from gepetto.lm.openai import OpenAILM
 from gepetto.testing import FAULT_KINDS, FakeOpenAIServer, sim, sim_responder
 

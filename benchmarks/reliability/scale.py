@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gepetto import events as ev
 from gepetto.api import build_engine
+from gepetto.engine import events as ev
 from gepetto.engine.merge import find_merge
 from gepetto.engine.state import CandidateRecord
 from gepetto.testing import sim

@@ -13,8 +13,8 @@ from gepetto.api import (
     run_engine,
 )
 from gepetto.config import ConfigError, EngineConfig
+from gepetto.engine.events import Callback, Event, Outcome, Result, StopReason
 from gepetto.engine.loop import Engine
-from gepetto.events import Callback, Event, Outcome, Result, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMError, Usage
 from gepetto.program import Context, MetricError, Rollout, Task, TraceEntry, single_instruction

@@ -41,6 +41,7 @@ from gepetto.config import (
     UnknownOptionError,
 )
 from gepetto.engine import stopping
+from gepetto.engine.events import Callbacks, Result, as_callbacks
 from gepetto.engine.loop import Engine, RolloutStore
 from gepetto.engine.proposers import Proposer
 from gepetto.engine.strategies import (
@@ -50,7 +51,6 @@ from gepetto.engine.strategies import (
     ParentSelector,
     label,
 )
-from gepetto.events import Callbacks, Result, as_callbacks
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
 from gepetto.program import Executor, Metric, Program, Rollout, Task, run_rollout
@@ -390,7 +390,7 @@ def optimize(seed_candidate: SeedCandidate, trainset: Examples, metric: Metric,
         **options: `RunOptions`, `EngineOptions` and these:
             `valset` (default: the trainset), `program` (default: the seed's one instruction as the system
             prompt, the example's input as the user message), `task_lm` and `reflection_lm` (names or LM objects;
-            default: the embedded models), `callbacks` (called with every typed event, gepetto.events), `stop`
+            default: the embedded models), `callbacks` (called with every typed event, gepetto.engine.events), `stop`
             (stop conditions added to the config's), `storage` (a SQLite file or a database URL: every rollout,
             reflection answer and candidate kept under the name `run`, and the same `run` resumed exactly; a
             changed seed, examples or path-changing option is refused), `cache` (the LM response cache,

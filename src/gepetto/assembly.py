@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from gepetto.config import ENGINE_FIELDS, PYTHON, STRATEGIES, ConfigError, EngineConfig
 from gepetto.engine import stopping
+from gepetto.engine.events import Callbacks, Event, Result, StopReason, as_callbacks
 from gepetto.engine.executors import aclose_executor
 from gepetto.engine.loop import Engine, check_inputs
 from gepetto.engine.strategies import builtin_spec, label
-from gepetto.events import Callbacks, Event, Result, StopReason, as_callbacks
 from gepetto.lm.base import LM, LMConfigError, RedactingLM, aclose_lm, check_endpoints
 from gepetto.parts import build_parts
 from gepetto.program import Metric, Program, single_instruction

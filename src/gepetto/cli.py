@@ -174,7 +174,7 @@ def _store_exists(storage: str) -> bool:
 
 def _where(storage: str) -> str:
     """The store as messages show it: a URL without its password."""
-    from gepetto.store.db import shown
+    from gepetto.db import shown
 
     return shown(storage)
 

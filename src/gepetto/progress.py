@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
-from gepetto import events as ev
+from gepetto.engine import events as ev
 from gepetto.secrets import redact
 
 
@@ -25,7 +25,7 @@ class ProgressDisplay:
     """Rollouts used / budget with ETA, best validation score, front size and phase; one line per new candidate,
     and one per LM call that gave no answer (the endpoint is failing: retrying, or stopping the run).
 
-    A callback (gepetto.events): pass it in `callbacks=`. `quiet=True` prints nothing (for scripts);
+    A callback (gepetto.engine.events): pass it in `callbacks=`. `quiet=True` prints nothing (for scripts);
     `verbose=True` also prints each rejected proposal and reflection error.
 
     `optimize` shows one by default when stderr is a terminal (`progress=`); give your own to choose its console

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gepetto import events as ev
 from gepetto.assembly import (
     as_examples,
     assemble_engine,
@@ -44,9 +43,10 @@ from gepetto.config import (
     load_config,
     stored_config,
 )
+from gepetto.engine import events as ev
+from gepetto.engine.events import Result
 from gepetto.engine.loop import Engine
 from gepetto.engine.strategies import label
-from gepetto.events import Result
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM
 from gepetto.presets import preset_budget

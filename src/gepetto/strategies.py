@@ -14,6 +14,7 @@ in files) and the stop conditions, in one place.
     gepetto.optimize(seed, trainset, metric, parent_selector=newest, stop=good_enough, ...)
 """
 
+from gepetto.engine.events import Stop, StopReason
 from gepetto.engine.executors import LocalExecutor, Ray
 from gepetto.engine.merge import Merge
 from gepetto.engine.proposers import (
@@ -61,7 +62,6 @@ from gepetto.engine.strategies import (
     RouteParent,
     Strict,
 )
-from gepetto.events import Stop, StopReason
 from gepetto.specs import Off
 
 __all__ = [

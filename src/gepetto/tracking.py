@@ -1,6 +1,6 @@
 """Experiment tracking: `optimize(..., tracking="mlflow")` and `gepetto optimize --tracking mlflow`.
 
-A tracker is a `Callback` (gepetto.events) with a start and an end: `start(...)` before the run (its
+A tracker is a `Callback` (gepetto.engine.events) with a start and an end: `start(...)` before the run (its
 configuration, its cost ledger, where it is stored), `tracker(event)` for every event, `close(error)` after it
 (artifacts, final status). Trackers live in `gepetto.integrations` and import their libraries lazily; the engine
 knows nothing of them.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol, get_args, runtime_checkable
 
 from gepetto.config import TrackingName
-from gepetto.events import Callback, Callbacks, Event, as_callbacks
+from gepetto.engine.events import Callback, Callbacks, Event, as_callbacks
 from gepetto.ledger import Ledger
 
 TRACKERS: tuple[str, ...] = get_args(TrackingName)

@@ -25,7 +25,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any
 
-from gepetto import events as ev
+from gepetto.engine import events as ev
 
 
 def make_config(merges: bool, per_round: int = 1, cache: str | None = None,

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import gepetto
-from gepetto.events import RolloutFinished
+from gepetto.engine.events import RolloutFinished
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support_router.py"
 spec = importlib.util.spec_from_file_location("support_router", EXAMPLE)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 
 from gepetto.engine.answers import NO_ANSWER, Diagnosis, confusion, names
+from gepetto.engine.events import Outcome
 from gepetto.engine.reflect import (
     _CHAT_ASKS,
     _CHAT_OPENERS,
@@ -49,7 +50,6 @@ from gepetto.engine.reflect import (
     with_gold,
 )
 from gepetto.engine.reflect import ReflectionExample as Shown
-from gepetto.events import Outcome
 from gepetto.lm.base import Message
 from gepetto.program import Rollout
 from gepetto.types import Example

@@ -22,8 +22,9 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from gepetto import events as ev
 from gepetto.engine import answers, racing, route, stopping
+from gepetto.engine import events as ev
+from gepetto.engine.events import Outcome, Result, Stop, StopReason
 from gepetto.engine.executors import Executor
 from gepetto.engine.merge import Merge, find_merge, merge_chance
 from gepetto.engine.options import Options
@@ -31,7 +32,6 @@ from gepetto.engine.proposers import ProposalRequest, as_proposal, over_length
 from gepetto.engine.racing import Racing
 from gepetto.engine.state import BudgetPlan, CandidateRecord, RunState, plan_budget
 from gepetto.engine.strategies import Strategies, retest_examples
-from gepetto.events import Outcome, Result, Stop, StopReason
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, Completion, LMSetupError, LMUnavailable, Message, MeteredLM
 from gepetto.program import Metric, Program, Rollout, TraceEntry, check_metric, verdict
@@ -176,7 +176,7 @@ class Engine:
         options: What the loop reads of the run's configuration (an `EngineConfig` has it all): budget, seed,
             concurrency, minibatch size, components, prices, ...
         parts: The built strategies, executor, stop conditions, merge and racing (a `Parts`).
-        callbacks: A callable, or a sequence of them, each called with every event of the run (gepetto.events).
+        callbacks: A callable, or a sequence of them, each called with every event of the run (gepetto.engine.events).
         rollout_store: Where finished rollouts are kept beyond the process (a run store); a rollout found there
             is not run again. None keeps them in the engine's state only.
         ledger: The ledger of LM calls and costs to add to; None starts a new one.
@@ -231,7 +231,7 @@ class Engine:
         self.task_lm = MeteredLM(task_lm, self.state.ledger, "task")
         self.reflection_lm = MeteredLM(reflection_lm, self.state.ledger, "reflection")
         _check_prices(options, self.state.ledger, (task_lm.name, reflection_lm.name))
-        self.callbacks = ev.as_callbacks(callbacks)  # each is called with every event (gepetto.events)
+        self.callbacks = ev.as_callbacks(callbacks)  # each is called with every event (gepetto.engine.events)
         self.rollout_store = rollout_store
         self.executor: Executor = parts.executor
         self.strategies = parts.strategies

@@ -31,9 +31,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from gepetto import events as ev
 from gepetto.engine import demos, edits
+from gepetto.engine import events as ev
 from gepetto.engine.answers import Diagnosis
+from gepetto.engine.events import Outcome
 from gepetto.engine.minibatch import EpochShuffled
 from gepetto.engine.options import Options
 from gepetto.engine.reflect import (
@@ -46,7 +47,6 @@ from gepetto.engine.reflect import (
     vet,
 )
 from gepetto.engine.state import MemoryKey, RunState
-from gepetto.events import Outcome
 from gepetto.lm.base import Completion, Message
 from gepetto.program import Rollout, TraceEntry
 from gepetto.specs import ConfigError, Knobs, builtin, knob

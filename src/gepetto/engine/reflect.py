@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gepetto.events import Outcome
+from gepetto.engine.events import Outcome
 from gepetto.lm.base import Message
 from gepetto.program import Rollout, TraceEntry, format_inputs, render_value
 from gepetto.types import Example

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from gepetto.engine.events import Outcome, Stop, StopReason
 from gepetto.engine.proposers import LATE_TRIES
 from gepetto.engine.state import RunState
-from gepetto.events import Outcome, Stop, StopReason
 from gepetto.specs import ConfigError
 
 StopFn = Callable[..., None]  # stop(reason, message=None): end the run now

@@ -57,8 +57,8 @@ from gepetto.api import OptimizeOptions
 from gepetto.api import optimize as _optimize
 from gepetto.api import optimize_async as _optimize_async
 from gepetto.config import DEFAULT_REFLECTION_LM, CacheMode, EngineConfig, UnknownOptionError
+from gepetto.engine.events import Callbacks
 from gepetto.engine.loop import Result
-from gepetto.events import Callbacks
 from gepetto.lm.base import Completion, LMError, LMSetupError, LMUnavailable, Message, Usage
 from gepetto.program import Context, render_value
 from gepetto.types import Candidate, Example, Score
@@ -437,7 +437,7 @@ def optimize(module: Any, trainset: Sequence[Any], metric: Callable[..., Any], *
     run resumes exactly from its stored rollouts either way).
 
     `reflection_lm`: a `dspy.LM`, a gepetto LM name ("local:qwen2.5-coder-1.5b", "openai/gpt-4.1", ...) or a
-    gepetto LM object. `callbacks` (one callable or a list, called with every typed event: gepetto.events),
+    gepetto LM object. `callbacks` (one callable or a list, called with every typed event: gepetto.engine.events),
     `config` (a `gepetto.config.EngineConfig`; a keyword given wins over it), `budget` (default: the config's),
     `storage`, `run`, `cache` (gepetto's cache of reflection answers) and the other keyword options (seed,
     minibatch_size, max_concurrency, merge, components, component_descriptions, proposer, parent_selector,

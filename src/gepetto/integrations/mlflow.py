@@ -7,7 +7,7 @@ refuses its `file:` store, which is said as a ConfigError), `MLFLOW_EXPERIMENT_N
 (default: the "Default" experiment); `MlflowTracker(experiment=..., tracking_uri=...)` says it in code. A run
 started inside an active MLflow run is logged as its child. mlflow is imported when a run starts, not before.
 
-`read_event` is the only code that reads the engine's events (gepetto.events).
+`read_event` is the only code that reads the engine's events (gepetto.engine.events).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gepetto import events as ev
+from gepetto.engine import events as ev
 from gepetto.ledger import Ledger
 from gepetto.secrets import redact, redact_data
 

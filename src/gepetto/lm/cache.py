@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from gepetto.db import StoreError, open_database
 from gepetto.lm.base import LM, Completion, Message, Usage
 from gepetto.secrets import redact
-from gepetto.store.db import StoreError, open_database
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS lm_cache (

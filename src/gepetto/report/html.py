@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gepetto.engine.events import Outcome, StopReason, constant_notes
 from gepetto.engine.pareto import stored_best
-from gepetto.events import Outcome, StopReason, constant_notes
 from gepetto.report.assets import CSS, JS
 from gepetto.secrets import redact_data, write_private_text
 

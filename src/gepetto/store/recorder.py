@@ -12,7 +12,7 @@ import asyncio
 import itertools
 from typing import Any
 
-from gepetto import events as ev
+from gepetto.engine import events as ev
 from gepetto.ledger import Ledger
 from gepetto.store.sqlite import LAST_ANSWER, RunStore
 

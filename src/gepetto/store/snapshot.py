@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gepetto.engine.events import StopReason
 from gepetto.engine.pareto import ParetoArchive, stored_best
-from gepetto.events import StopReason
 from gepetto.store.sqlite import RunStore
 
 

@@ -1,5 +1,5 @@
 """The run store: runs, candidates, evaluations and an append-only event log in one SQLite file (WAL), or in a
-PostgreSQL database that several machines and runs share (gepetto.store.db says how a storage is opened).
+PostgreSQL database that several machines and runs share (gepetto.db says how a storage is opened).
 
 Every finished rollout is committed as soon as it finishes, so a killed run loses only what was in flight.
 Resuming replays the run over its stored rollouts and reflection answers (see engine/loop.py), which takes
@@ -27,12 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gepetto.engine.state import CandidateRecord
-from gepetto.lm.base import LM, Completion, LMError, LMUnavailable, Message, Usage
-from gepetto.lm.cache import cache_key
-from gepetto.program import Rollout, TraceEntry
-from gepetto.secrets import redact, redact_data
-from gepetto.store.db import (
+from gepetto.db import (
     Database,
     PostgresDatabase,
     SQLiteDatabase,
@@ -42,6 +37,11 @@ from gepetto.store.db import (
     shown,
     sqlite_path,
 )
+from gepetto.engine.state import CandidateRecord
+from gepetto.lm.base import LM, Completion, LMError, LMUnavailable, Message, Usage
+from gepetto.lm.cache import cache_key
+from gepetto.program import Rollout, TraceEntry
+from gepetto.secrets import redact, redact_data
 from gepetto.types import Candidate, Example, Score, portable
 
 SCHEMA = """

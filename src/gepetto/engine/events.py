@@ -543,7 +543,7 @@ class Callback(Protocol):
     Example:
         ```python
         import gepetto
-        from gepetto.events import CandidateAdded
+        from gepetto.engine.events import CandidateAdded
         from gepetto.testing import sim
 
         def show(event: gepetto.Event) -> None:
