@@ -39,8 +39,8 @@ from rich.text import Text
 
 from gepetto import __version__
 from gepetto.config import ConfigError, RunConfig, load_config, read_config_file, stored_options, yaml_value
+from gepetto.engine.events import StopReason
 from gepetto.engine.pareto import stored_best
-from gepetto.events import StopReason
 from gepetto.lm.base import LMError
 from gepetto.program import MetricError
 from gepetto.progress import ProgressDisplay
