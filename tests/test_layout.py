@@ -267,3 +267,11 @@ def test_the_readme_draws_the_layers_in_their_order():
             ranks.append((layer(module), first))
     assert len(ranks) >= 12
     assert [r for r, _ in ranks] == sorted((r for r, _ in ranks), reverse=True), ranks
+
+
+def test_the_event_types_are_public_as_gepetto_events():
+    """Callbacks written against `from gepetto import events as ev` keep working wherever the module lives."""
+    from gepetto import events as ev
+    from gepetto.engine import events
+
+    assert ev is events and gepetto.events.CandidateAdded is events.CandidateAdded

@@ -13,6 +13,7 @@ from gepetto.api import (
     run_engine,
 )
 from gepetto.config import ConfigError, EngineConfig
+from gepetto.engine import events as events  # the typed events a callback receives: `from gepetto import events as ev`
 from gepetto.engine.events import Callback, Event, Outcome, Result, StopReason
 from gepetto.engine.loop import Engine
 from gepetto.ledger import Ledger
