@@ -309,9 +309,8 @@ class LocalLM:
             raise
         except LMError as exc:
             raise LMError(f"{self.name}: {exc}") from exc
-        return Completion(text=answer.text, usage=Usage(answer.prompt_tokens, answer.completion_tokens,
-                                                                    cached_input_tokens=answer.reused_tokens),
-                          finish_reason=answer.finish_reason)
+        usage = Usage(answer.prompt_tokens, answer.completion_tokens, cached_input_tokens=answer.reused_tokens)
+        return Completion(text=answer.text, usage=usage, finish_reason=answer.finish_reason)
 
     def close(self) -> None:
         """Free the model and its KV cache (the LM loads again on its next call)."""
