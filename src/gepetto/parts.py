@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gepetto.config import AUTO, STRATEGIES, EngineConfig
@@ -149,7 +150,7 @@ def settle(cfg: EngineConfig, route: Route) -> tuple[EngineConfig, Route]:
         elif option != "proposer" and getattr(cfg, option) == AUTO:
             left[option] = spec
     settled = cfg.model_copy(update=left)
-    return settled, Route(route.name, route.reason, left)
+    return settled, replace(route, settings=left)
 
 
 def idle_options(asked: EngineConfig, settled: EngineConfig) -> list[str]:

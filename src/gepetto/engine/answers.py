@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -180,6 +180,34 @@ def from_outputs(rollouts: Iterable[Rollout], perfect: float) -> AnswerSet | Non
     if short < 0.8 * len(runs):
         return None
     return _closed(outputs, "outputs", min_share=0.3)
+
+
+STRAY_SHARE = 0.2  # a step's answers may include this share of one-off texts and still form a closed set
+
+
+def of_step(rollouts: Iterable[Rollout], component: str) -> AnswerSet | None:
+    """The answer set of an inner step: the texts its last call gives in `rollouts` (the seed's validation), when
+    they are short, the ones given at least twice cover all but STRAY_SHARE of them and few distinct ones do (a
+    router's areas, a classifier feeding a later step); None otherwise (free text, queries, summaries)."""
+    texts = [str(o).strip() for r in rollouts if (o := step_output(r, component)) is not None]
+    counts = Counter(normal(t) for t in texts)
+    repeated = [t for t in texts if normal(t) and counts[normal(t)] >= 2]
+    if len(repeated) < (1 - STRAY_SHARE) * len(texts):
+        return None
+    return _closed(repeated, "outputs", min_share=0.3)
+
+
+def step_output(rollout: Rollout, component: str) -> str | None:
+    """The answer of `component`'s last call in the rollout (None: the step was not called)."""
+    calls = [t for t in rollout.trace if t.component == component]
+    return str(calls[-1].output) if calls else None
+
+
+def step_view(rollout: Rollout, component: str) -> Rollout:
+    """The rollout as an inner step's: its output is the step's last answer, and the metric's pattern (which names
+    the program's answer, not the step's) is dropped, so its confusion comes from the feedback."""
+    score = replace(rollout.score, pattern="") if rollout.score.pattern else rollout.score
+    return replace(rollout, output=step_output(rollout, component), score=score)
 
 
 def mask(feedback: str, *specifics: str) -> str:

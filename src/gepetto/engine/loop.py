@@ -315,15 +315,18 @@ class Engine:
         return plan_budget(cfg.budget, len(self.valset), cfg.minibatch_size + cfg.seek_failures, child_test, retests)
 
     def _settle_route(self) -> None:
-        """What the seed's validation shows of the answers (`state.answers`, `state.answering`), the route of an
-        "auto" run and the strategies it names, then the budget plan."""
+        """What the seed's validation shows of the answers (`state.answers`, `state.answering`, `state.steps`), the
+        route of an "auto" run and the strategies it names, then the budget plan."""
         st, cfg = self.state, self.config
         runs = [r for e in self.valset if (r := st.known(self.seed, e.id)) is not None]
         st.answers = answers.from_golds(self.trainset, self.valset) or answers.from_outputs(runs, cfg.perfect_score)
         st.answering = route.answering(self.components, runs) if st.answers is not None else ()
+        st.steps = route.inner_steps(self.components, runs)
         if self._settle is not None:
-            chosen = route.choose(st.answers, st.answering, runs, one_component=cfg.component_selector != "all")
+            chosen = route.choose(st.answers, st.answering, runs, steps=st.steps,
+                                  one_component=cfg.component_selector != "all")
             self.config, self.strategies, self.route = self._settle(chosen)
+            st.ruled = self.route.ruled
             self._emit(ev.RouteChosen(self.route.name, self.route.reason, dict(self.route.settings)))
             plan, self.plan = self.plan, self._budget_plan()
             if self.plan != plan:  # the route's proposer tests its children on more examples

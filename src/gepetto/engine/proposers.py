@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from gepetto.engine import demos, edits
 from gepetto.engine import events as ev
-from gepetto.engine.answers import Diagnosis
+from gepetto.engine.answers import Diagnosis, step_output, step_view
 from gepetto.engine.events import Outcome
 from gepetto.engine.minibatch import EpochShuffled
 from gepetto.engine.options import Options
@@ -221,9 +221,26 @@ def as_proposal(answer: Proposal | Mapping[str, str] | None, request: ProposalRe
     return proposal if proposal.texts else None
 
 
-def diagnose(request: ProposalRequest) -> Diagnosis:
-    """How this proposal reads its training rollouts' failures (engine/answers.py)."""
+def diagnose(request: ProposalRequest, component: str | None = None) -> Diagnosis:
+    """How this proposal reads its training rollouts' failures (engine/answers.py); for an inner step
+    (`state.steps`), by that step's own answers, its right answer read from the feedback (its rollouts seen
+    through `step_rollouts`)."""
+    step = request.state.steps.get(component or "")
+    if step is not None:
+        return Diagnosis(step, {})
     return Diagnosis(request.state.answers, {e.id: e for e in request.trainset})
+
+
+def step_rollouts(request: ProposalRequest, component: str, rollouts: Sequence[Rollout], perfect: float
+                  ) -> list[Rollout]:
+    """`rollouts` as the component's own (`answers.step_view`) when it is an inner step: those that called it, the
+    failures among them only where the feedback names the step's right answer and it gave another (the other
+    failures are a later step's); as they are for any other component."""
+    if component not in request.state.steps:
+        return list(rollouts)
+    diagnosis = diagnose(request, component)
+    viewed = [step_view(r, component) for r in rollouts if step_output(r, component) is not None]
+    return [r for r in viewed if r.score.value >= perfect or edits.expected_answer(diagnosis.pattern(r))]
 
 
 def parts(cfg: Options, text: str) -> tuple[str, list[demos.Demo]]:
@@ -443,9 +460,14 @@ class Edit(Knobs, Proposer):
         if len(components) != 1:
             raise ValueError("the edit proposer changes one component per proposal: use component_selector "
                              "'round-robin' with it")
-        if (self.config.component_descriptions or {}).get(components[0]):
+        component = components[0]
+        if (self.config.component_descriptions or {}).get(component):
             return False
-        return state.answers is None or not state.answering or components[0] in state.answering
+        if component in state.steps:
+            return True
+        if state.ruled is not None:  # the route's choice
+            return component in state.ruled
+        return state.answers is None or not state.answering or component in state.answering
 
     def _undrafted(self, state: RunState, components: Sequence[str]) -> bool:
         """Whether no proposal on `components` has been planned to make the first draft of the rules yet."""
@@ -492,19 +514,24 @@ class Edit(Knobs, Proposer):
         (component,) = request.components
         if self.drafts(request):
             return await self._draft(request, component)
-        evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
+        evidence = step_rollouts(request, component, [r for e in request.trainset
+                                                      if (r := st.known(parent, e.id)) is not None], cfg.perfect_score)
+        if component in st.steps and all(r.score.value >= cfg.perfect_score for r in evidence):
+            # no failure whose feedback names the step's right answer: its rules have nothing to aim at
+            return await Rewrite(self.max_tokens, self.prompt_chars).propose(request)
         memory = st.memory.of(RULES_TRIED)
         tried = memory.setdefault((parent.id, component), {})
         # patterns no usable rule came for on this parent (every attempt refused): not asked again while others are
         # open, from the next round on (`request.later`: a proposal running beside this one does not see them)
         skipped = st.memory.of(UNANSWERED)
         unanswered, refused = skipped.setdefault((parent.id, component), Counter()), set()
-        diagnosis = diagnose(request)
+        diagnosis = diagnose(request, component)
         patterns = sorted({edits.pattern_of(r, diagnosis) for r in evidence if r.score.value < cfg.perfect_score})
         known: list[Rollout] = []  # every candidate's paid training rollouts (the parent's first), read once
         if any(edits.expected_answer(p) for p in patterns):
             train_ids = {e.id for e in request.trainset}
-            known = [*evidence, *(r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in train_ids)]
+            known = [*evidence, *step_rollouts(request, component, [
+                r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in train_ids], cfg.perfect_score)]
         instruction, kept = parts(cfg, parent[component])
         text = instruction
         asked: list[tuple[edits.Focus, str]] = []  # (focus, rule) of each rule in the child
@@ -577,12 +604,15 @@ class Edit(Knobs, Proposer):
         a test cannot show (docs/design-notes.md)."""
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         by_id = {e.id: e for e in request.trainset}
-        known = [r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in by_id]
-        diagnosis = diagnose(request)
+        known = step_rollouts(request, component, [r for (_, ex_id), r in sorted(st.rollouts.items())
+                                                   if ex_id in by_id], cfg.perfect_score)
+        if component in st.steps:
+            by_id = {}  # a step's feedback is shown as it is: the program's gold is not the step's answer
+        diagnosis = diagnose(request, component)
         confusions = [edits.pattern_of(r, diagnosis) for r in known if r.score.value < cfg.perfect_score]
         answers = sorted({a for p in confusions for a in (edits.expected_answer(p), edits.wrong_answer(p))} - {""})
-        if st.answers is not None:  # the set's own spelling; a wrong answer outside the set gets no rule
-            answers = sorted({st.answers.match(a) for a in answers} - {""})
+        if diagnosis.answers is not None:  # the set's own spelling; a wrong answer outside the set gets no rule
+            answers = sorted({diagnosis.answers.match(a) for a in answers} - {""})
         current, kept = parts(cfg, parent[component])
         asks = []  # each answer's request reads the parent's text only: all are in flight at once
         for answer in answers:
@@ -624,7 +654,8 @@ class Edit(Knobs, Proposer):
         cfg, parent = request.config, request.parent
         current, kept = parts(cfg, parent[component])
         request.services.emit(ev.PhaseStarted("reflection"))
-        by_id = {e.id: e for e in request.trainset}
+        # (a step's feedback is shown as it is: the program's gold is not the step's answer)
+        by_id = {} if component in request.state.steps else {e.id: e for e in request.trainset}
         limit = cfg.max_component_chars
         if limit and len(current) + 20 > limit:  # no room left for a rule: not worth a reflection call
             request.services.count(Outcome.OVER_LENGTH)

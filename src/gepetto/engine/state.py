@@ -131,9 +131,12 @@ class RunState:
     ledger: Ledger = field(default_factory=Ledger)
     means: list[float] = field(default_factory=list)  # records[i].mean, computed once per record
     # what the seed's validation showed of the task's answers (engine/answers.py, engine/route.py): the closed
-    # answer set, if any, and the components whose answers are the program's
+    # answer set, if any, the components whose answers are the program's, the inner steps that answer from a
+    # closed set of their own (a router), and the components the route gives rules (None: no route chosen)
     answers: AnswerSet | None = None
     answering: tuple[str, ...] = ()
+    steps: dict[str, AnswerSet] = field(default_factory=dict)
+    ruled: tuple[str, ...] | None = None
     archive: ParetoArchive = field(init=False)
 
     def __post_init__(self) -> None:
