@@ -32,9 +32,9 @@ def _task_lm(messages, params):
     sends 'silence' to alarm); the intent step: the listed intent whose word the message has, else the first."""
     system, user = messages[0]["content"], messages[-1]["content"]
     if system.startswith("Say which area"):
-        for intent, word in WORD.items():
-            if word in user and re.search(rf"{word}\b[^\n]*answer (\w+)", system):
-                return re.search(rf"{word}\b[^\n]*answer (\w+)", system).group(1)
+        for word in WORD.values():
+            if word in user and (rule := re.search(rf"{word}\b[^\n]*answer (\w+)", system)):
+                return rule.group(1)
         return "audio" if "louder" in user else "alarm"
     listed = re.search(r"Intents: (.*)", user).group(1).split(", ")
     intent = next((i for i in listed if WORD[i] in user), listed[0])
@@ -44,8 +44,8 @@ def _task_lm(messages, params):
 
 
 def _rule_writer(messages, params):
-    """A rule naming every known word of the inputs it is asked to describe, for the answer asked for; a whole rewrite: the text
-    as it was with one line more."""
+    """A rule naming every known word of the inputs it is asked to describe, for the answer asked for; a whole
+    rewrite: the text as it was with one line more."""
     user = messages[-1]["content"]
     asked = re.search(r"say when to answer (\w+)", user) or re.search(r'answer (\w+)\."', user)
     if asked is None:
@@ -113,7 +113,7 @@ def test_a_steps_answers_are_few_short_repeated_texts_and_a_stray_one_is_forgive
                                                    "audio", "alarm", "I am not sure which"])]
     step = of_step(runs, "router")
     assert step is not None and step.answers == ("alarm", "audio") and step.source == "outputs"
-    assert of_step(runs[:5] + [_rollout(9, "what"), _rollout(10, "who")], "router") is None  # 2 strays of 7
+    assert of_step([*runs[:5], _rollout(9, "what"), _rollout(10, "who")], "router") is None  # 2 strays of 7
     free = [_rollout(i, f"a summary of message {i}") for i in range(8)]
     assert of_step(free, "router") is None
     assert of_step(runs, "absent") is None
@@ -122,3 +122,14 @@ def test_a_steps_answers_are_few_short_repeated_texts_and_a_stray_one_is_forgive
 def test_a_steps_view_of_a_rollout_is_its_own_answer_without_the_programs_pattern():
     viewed = step_view(_rollout(1, "alarm", pattern="answered x, expected y"), "router")
     assert viewed.output == "alarm" and viewed.score.pattern == "" and viewed.example_id == "e1"
+
+
+def test_the_names_a_steps_instruction_lists_beside_its_answers_join_them():
+    runs = [_rollout(i, a) for i, a in enumerate(["alarm", "audio"] * 4)]
+    text = "Say which of these areas the message is about: alarm, audio, calendar, email or lists. Reply briefly."
+    step = of_step(runs, "router", text)
+    assert step.answers == ("alarm", "audio", "calendar", "email", "lists")
+    assert step.source == "outputs and its instruction"
+    assert of_step(runs, "router", "Answer alarm or audio, then stop.").answers == ("alarm", "audio")
+    # a list that names none of the answers given is not theirs
+    assert of_step(runs, "router", "Be brief, polite and exact. Areas: alarm, audio.").answers == ("alarm", "audio")

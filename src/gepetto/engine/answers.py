@@ -185,16 +185,42 @@ def from_outputs(rollouts: Iterable[Rollout], perfect: float) -> AnswerSet | Non
 STRAY_SHARE = 0.2  # a step's answers may include this share of one-off texts and still form a closed set
 
 
-def of_step(rollouts: Iterable[Rollout], component: str) -> AnswerSet | None:
+def of_step(rollouts: Iterable[Rollout], component: str, instruction: str = "") -> AnswerSet | None:
     """The answer set of an inner step: the texts its last call gives in `rollouts` (the seed's validation), when
     they are short, the ones given at least twice cover all but STRAY_SHARE of them and few distinct ones do (a
-    router's areas, a classifier feeding a later step); None otherwise (free text, queries, summaries)."""
+    router's areas, a classifier feeding a later step), with the other items of a list in its `instruction` that
+    names two of them (the areas it never chose yet); None otherwise (free text, queries, summaries)."""
     texts = [str(o).strip() for r in rollouts if (o := step_output(r, component)) is not None]
     counts = Counter(normal(t) for t in texts)
     repeated = [t for t in texts if normal(t) and counts[normal(t)] >= 2]
     if len(repeated) < (1 - STRAY_SHARE) * len(texts):
         return None
-    return _closed(repeated, "outputs", min_share=0.3)
+    given = _closed(repeated, "outputs", min_share=0.3)
+    if given is None:
+        return None
+    more = [a for a in listed(instruction, given.answers) if normal(a) not in given._by_key]
+    if not more:
+        return given
+    return AnswerSet(tuple(sorted([*given.answers, *more], key=normal))[:MAX_ANSWERS], "outputs and its instruction")
+
+
+_LIST_ITEM = re.compile(r",\s*(?:or\s+|and\s+)?|\s+or\s+|\s+and\s+")
+
+
+def listed(instruction: str, known: Sequence[str]) -> list[str]:
+    """The items of each list in `instruction` ("...: alarm, audio, calendar or email.") that holds at least two of
+    the `known` answers, each no more words than they have: one clause each (split at line ends, colons and
+    sentence ends)."""
+    keys, found = {normal(k) for k in known}, []
+    for clause in re.split(r"\n|:|(?<=[.!?])\s", instruction):
+        items = [i.strip().strip("`\"'*").rstrip(".!?").strip() for i in _LIST_ITEM.split(clause)]
+        items = [i for i in items if i and _short(i)]
+        named = [i for i in items if normal(i) in keys]
+        if len(items) >= 3 and len(named) >= 2:
+            words = max(len(normal(i).split("_")) for i in named)  # (an answer's words, as its key spells them)
+            found += [i for i in items
+                      if i not in found and normal(i) not in keys and len(normal(i).split("_")) <= words]
+    return found
 
 
 def step_output(rollout: Rollout, component: str) -> str | None:

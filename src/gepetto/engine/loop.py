@@ -321,7 +321,7 @@ class Engine:
         runs = [r for e in self.valset if (r := st.known(self.seed, e.id)) is not None]
         st.answers = answers.from_golds(self.trainset, self.valset) or answers.from_outputs(runs, cfg.perfect_score)
         st.answering = route.answering(self.components, runs) if st.answers is not None else ()
-        st.steps = route.inner_steps(self.components, runs)
+        st.steps = route.inner_steps({c: self.seed[c] for c in self.components}, runs)
         if self._settle is not None:
             chosen = route.choose(st.answers, st.answering, runs, steps=st.steps,
                                   one_component=cfg.component_selector != "all")

@@ -57,16 +57,17 @@ def answering(components: Sequence[str], runs: Sequence[Rollout]) -> tuple[str, 
 GIVEN = Route("given", "the proposer was given")
 
 
-def inner_steps(components: Sequence[str], runs: Sequence[Rollout]) -> dict[str, AnswerSet]:
-    """The inner steps of a program of several components whose own answers form a closed set (answers.of_step):
-    those that do not give the program's answer (a router, a classifier feeding a later step), by component."""
-    if len(components) < 2:
+def inner_steps(seed: Mapping[str, str], runs: Sequence[Rollout]) -> dict[str, AnswerSet]:
+    """The inner steps of a program of several components (`seed`: their texts) whose own answers form a closed set
+    (answers.of_step): those that do not give the program's answer (a router, a classifier feeding a later step),
+    by component."""
+    if len(seed) < 2:
         return {}
     found = {}
-    for component in components:
+    for component, text in seed.items():
         if component in answering([component], runs):
             continue
-        step = of_step(runs, component)
+        step = of_step(runs, component, text)
         if step is not None:
             found[component] = step
     return found
