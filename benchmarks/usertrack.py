@@ -406,10 +406,11 @@ def table(log: Path) -> str:
     return "\n".join(out)
 
 
-def family(log: Path, tasks: list[str], labels: list[str]) -> str:
+def family(log: Path, tasks: list[str], labels: list[str], metric: str = "plain") -> str:
     """One compact table per task for a family: constant, seed, expert, each variant (`labels`, "" the default of
-    before), gepa; dev and locked test (locked: first look when the variant's candidates were scored there), the
-    share of the seed-to-expert gap closed, and the proposal outcomes summed over the seeds."""
+    before) run with `metric`, gepa; dev and locked test (locked: first look when the variant's candidates were
+    scored there), the share of the seed-to-expert gap closed, and the proposal outcomes summed over the seeds
+    (with, for a program of several components, each component's proposals tested and accepted, and merges)."""
     rows = read_log(log)
     scores = _locked_scores(rows)
     out = []
@@ -424,7 +425,7 @@ def family(log: Path, tasks: list[str], labels: list[str]) -> str:
             dv, lv = (f"{x:.3f}" if x is not None else "-" for x in (dev.get(key), lock.get(key)))
             out.append(f"| {name} | {dv} | | {lv} | | |")
         systems = [(label, [r for r in rows if r["kind"] == "run" and r["task"] == task and r.get("label", "") == label
-                            and r["metric"] == "plain"]) for label in labels]
+                            and r["metric"] == metric]) for label in labels]
         systems.append(("gepa", [r for r in rows if r["kind"] == "gepa" and r["task"] == task]))
         for label, rs in systems:
             latest = {r["seed"]: r for r in rs}  # a resumed or repeated run replaces its row
@@ -444,6 +445,15 @@ def family(log: Path, tasks: list[str], labels: list[str]) -> str:
                     counts[k] = counts.get(k, 0) + v
             if counts:
                 out.append(f"\n- {label or 'before'}: {_outcomes(counts)}")
+            modules: dict[str, list[int]] = {}
+            for r in rs:
+                for name, m in {**(r.get("modules") or {}), "merges": r.get("merges") or {}}.items():
+                    got = modules.setdefault(name, [0, 0])
+                    got[0] += m.get("tested", 0)
+                    got[1] += m.get("accepted", 0)
+            if len(modules) > 2:  # several components (and merges): what each got
+                out.append("  per component, tested/accepted on their test: "
+                           + ", ".join(f"{k} {t}/{a}" for k, (t, a) in sorted(modules.items())))
     return "\n".join(out)
 
 
@@ -480,7 +490,7 @@ def main() -> None:
         print(table(log))
         return
     if args.what == "family":
-        print(family(log, args.tasks, [lab if lab != "-" else "" for lab in args.labels]))
+        print(family(log, args.tasks, [lab if lab != "-" else "" for lab in args.labels], args.metric))
         return
     options = dict(_option(item) for item in args.set)
     stamp = {"command": "python benchmarks/usertrack.py " + " ".join(sys.argv[1:]),
