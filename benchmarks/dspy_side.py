@@ -50,12 +50,10 @@ import importlib.util
 import json
 import logging
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -142,44 +140,19 @@ def model_settings(threads: int) -> list[dict[str, Any]]:
     ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def _server(models: list[dict[str, Any]], log_path: Path, timeout: float = 300) -> Iterator[str]:
-    """One llama-cpp-python server with `models` (its --config_file) on a free loopback port: yields the base URL
-    ("http://127.0.0.1:PORT/v1") and stops the server on exit."""
-    port = _free_port()
+    """One llama-cpp-python server with `models` (its --config_file) on a free loopback port
+    (examples/dspy_program.py `llama_server`): yields the base URL and stops the server on exit."""
     config_path = log_path.with_suffix(".server.json")
-    config_path.write_text(json.dumps({"host": "127.0.0.1", "port": port, "models": models}, indent=1))
-    with open(log_path, "w+") as log:  # a file, not a pipe: a full pipe would block the server
-        # `python -m llama_cpp.server` through gepetto.lm.cpu (llama.cpp's CPU fast paths only where they run);
-        # --model names the file its probe decides on, the server itself reads --config_file
-        proc = subprocess.Popen([sys.executable, "-m", "gepetto.lm.cpu", "serve", "--model", models[0]["model"],
-                                 "--config_file", str(config_path)], stdout=log, stderr=subprocess.STDOUT, text=True)
-        url = f"http://127.0.0.1:{port}/v1"
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                with contextlib.suppress(OSError), urllib.request.urlopen(url + "/models", timeout=2) as r:
-                    if r.status == 200:
-                        break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise RuntimeError(f"the llama server did not start: {log.read()[-2000:]}")
-                time.sleep(0.5)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+
+    def args(port: int) -> list[str]:
+        config_path.write_text(json.dumps({"host": "127.0.0.1", "port": port, "models": models}, indent=1))
+        # --model names the file gepetto.lm.cpu's probe decides on; the server itself reads --config_file
+        return ["--model", models[0]["model"], "--config_file", str(config_path)]
+
+    with _example.llama_server(args, log_path, timeout=timeout) as url:
+        yield url
 
 
 @contextlib.contextmanager

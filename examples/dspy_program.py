@@ -252,15 +252,24 @@ def serve_smollm2(log_path: str | Path, *, threads: int = 1, n_ctx: int = 1024, 
     from gepetto.lm.local import model_path
 
     path = model_path("smollm2-135m")  # a clear LMError when the package is missing
+    with llama_server(lambda port: ["--model", str(path), "--host", "127.0.0.1", "--port", str(port), "--n_threads",
+                                    str(threads), "--n_ctx", str(n_ctx), "--seed", "0", "--cache", "true"],
+                      log_path, timeout=timeout) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def llama_server(args: Any, log_path: str | Path, *, timeout: float = 180) -> Iterator[str]:
+    """llama-cpp-python's OpenAI-compatible server on a free loopback port, started with `args(port)` (its
+    command-line arguments), logging to `log_path`; yields the base URL ("http://127.0.0.1:PORT/v1") once it
+    answers and stops the server on exit."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with open(log_path, "w+") as log:  # a file, not a pipe: a full pipe would block the server
-        proc = subprocess.Popen(
-            # llama_cpp.server, with llama.cpp's fast paths only where they run on this CPU (gepetto.lm.cpu)
-            [sys.executable, "-m", "gepetto.lm.cpu", "serve", "--model", str(path), "--host", "127.0.0.1", "--port",
-             str(port), "--n_threads", str(threads), "--n_ctx", str(n_ctx), "--seed", "0", "--cache", "true"],
-            stdout=log, stderr=subprocess.STDOUT, text=True)
+        # llama_cpp.server, with llama.cpp's fast paths only where they run on this CPU (gepetto.lm.cpu)
+        proc = subprocess.Popen([sys.executable, "-m", "gepetto.lm.cpu", "serve", *args(port)],
+                                stdout=log, stderr=subprocess.STDOUT, text=True)
         url = f"http://127.0.0.1:{port}/v1"
         try:
             deadline = time.monotonic() + timeout
@@ -276,7 +285,7 @@ def serve_smollm2(log_path: str | Path, *, threads: int = 1, n_ctx: int = 1024, 
         finally:
             proc.terminate()
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
