@@ -94,6 +94,12 @@ LABELS = {
           "answer no gain)",
     "a2": "the default at issue 59's close (ca35e28: `a1`, evidence bought on fresh training examples for a leader "
           "held back from the best, a pattern asked again further along the temperature schedule)",
+    "r61": "the default of 2026-11-23 on a program of two steps (5ee56f7): rules for the step that answers, the "
+           "router rewritten whole",
+    "r61c": "the default before issue 61's change, run again (2c70469)",
+    "s61": "issue 61's change (f901d5b): an inner step whose own answers are a closed set (a router) gets rules, its "
+           "right answer read from the feedback; the other steps rewritten whole",
+    "b61": "the default before issue 61's change on snips-routed (2c70469: every step rewritten whole)",
     "i38": "the default at issue 38's partial stop (aff965e: batched decoding with flash attention, the reflection "
            "LM's job first in its requests, answers kept for retries); locked split scored at that stop",
 }
