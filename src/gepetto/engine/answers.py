@@ -198,7 +198,7 @@ def of_step(rollouts: Iterable[Rollout], component: str, instruction: str = "") 
     given = _closed(repeated, "outputs", min_share=0.3)
     if given is None:
         return None
-    more = [a for a in listed(instruction, given.answers) if normal(a) not in given._by_key]
+    more = [a for a in listed(instruction, given.answers) if not given.exact(a)]
     if not more:
         return given
     return AnswerSet(tuple(sorted([*given.answers, *more], key=normal))[:MAX_ANSWERS], "outputs and its instruction")
