@@ -133,3 +133,43 @@ def test_the_names_a_steps_instruction_lists_beside_its_answers_join_them():
     assert of_step(runs, "router", "Answer alarm or audio, then stop.").answers == ("alarm", "audio")
     # a list that names none of the answers given is not theirs
     assert of_step(runs, "router", "Be brief, polite and exact. Areas: alarm, audio.").answers == ("alarm", "audio")
+
+
+def _silent_metric(example, output, trace):
+    """Feedback that never names the router's answers: its mistakes cannot be read as a step's."""
+    return Score(1.0, "Correct.") if output == example.gold else Score(0.0, f"Incorrect: the intent is {example.gold}.")
+
+
+def test_a_router_whose_feedback_never_names_its_answers_is_rewritten_whole():
+    events = []
+    gepetto.optimize({"router": ROUTER_SEED, "intent": INTENT_SEED}, _examples(24, "train"), _silent_metric,
+                     valset=_examples(12, "val"), program=_program, task_lm=ScriptedLM(_task_lm),
+                     reflection_lm=ScriptedLM(_rule_writer), budget=120, callbacks=events.append)
+    (chosen,) = [e for e in events if isinstance(e, ev.RouteChosen)]
+    assert "rules for router" in chosen.reason  # its answers are a closed set all the same
+    on_router = [e for e in events if isinstance(e, ev.ProposalTested) and e.component == "router"]
+    assert on_router, "no proposal was tested on the router"
+    # no rule line and no demonstration: the router's own text with a line more, the whole rewrite's answer,
+    # written from the program's rollouts (a minibatch of the sampler's: every training example was known)
+    assert all(e.rule is None and e.origin is None and e.text == f"{ROUTER_SEED}\nBe brief." for e in on_router)
+    assert all(e.minibatch_before < 3 for e in on_router)  # a minibatch with the program's mistakes
+    assert any(e.rule for e in events if isinstance(e, ev.ProposalTested) and e.component == "intent")
+
+
+def test_a_routers_demonstration_shows_the_right_answer_of_its_own_mistake():
+    def writer(messages, params):  # the router's rules for its mistake are wrong: demonstrations are tried
+        user = messages[-1]["content"]
+        mistake = "makes this mistake" in user and "Say which area" in user
+        if mistake or ("already tried" in user and "audio" in user):
+            return "<rule>If the message mentions a thing number, answer audio.</rule>"
+        return _rule_writer(messages, params)
+
+    events = []
+    gepetto.optimize({"router": ROUTER_SEED, "intent": INTENT_SEED}, _examples(24, "train"), _metric,
+                     valset=_examples(12, "val"), program=_program, task_lm=ScriptedLM(_task_lm),
+                     reflection_lm=ScriptedLM(writer), budget=300, callbacks=events.append)
+    shown = [e.text.rsplit("Output: ", 1)[1] for e in events
+             if isinstance(e, ev.ProposalTested) and e.component == "router" and e.origin == "demo"]
+    # its mistake is 'silence' sent to alarm: every demonstration answers audio (the program's answer, an intent,
+    # is not the router's)
+    assert shown and set(shown) == {"audio"}, shown

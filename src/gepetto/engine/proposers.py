@@ -231,14 +231,14 @@ def diagnose(request: ProposalRequest, component: str | None = None) -> Diagnosi
     return Diagnosis(request.state.answers, {e.id: e for e in request.trainset})
 
 
-def step_rollouts(request: ProposalRequest, component: str, rollouts: Sequence[Rollout], perfect: float
-                  ) -> list[Rollout]:
+def step_rollouts(state: RunState, component: str, rollouts: Sequence[Rollout], perfect: float) -> list[Rollout]:
     """`rollouts` as the component's own (`answers.step_view`) when it is an inner step: those that called it, the
     failures among them only where the feedback names the step's right answer and it gave another (the other
     failures are a later step's); as they are for any other component."""
-    if component not in request.state.steps:
+    step = state.steps.get(component)
+    if step is None:
         return list(rollouts)
-    diagnosis = diagnose(request, component)
+    diagnosis = Diagnosis(step, {})
     viewed = [step_view(r, component) for r in rollouts if step_output(r, component) is not None]
     return [r for r in viewed if r.score.value >= perfect or edits.expected_answer(diagnosis.pattern(r))]
 
@@ -469,6 +469,17 @@ class Edit(Knobs, Proposer):
             return component in state.ruled
         return state.answers is None or not state.answering or component in state.answering
 
+    @staticmethod
+    def _aimless(state: RunState, parent: Candidate, component: str, trainset: Sequence[Example], perfect: float
+                 ) -> bool:
+        """Whether `component` is an inner step none of whose known mistakes on `parent`'s training rollouts has
+        feedback naming its right answer: its rules have nothing to aim at, and it is rewritten whole, from the
+        program's rollouts on the sampler's minibatch."""
+        if component not in state.steps:
+            return False
+        known = [r for e in trainset if (r := state.known(parent, e.id)) is not None]
+        return bool(known) and all(r.score.value >= perfect for r in step_rollouts(state, component, known, perfect))
+
     def _undrafted(self, state: RunState, components: Sequence[str]) -> bool:
         """Whether no proposal on `components` has been planned to make the first draft of the rules yet."""
         return bool(self.definitions) and self._edits(state, components) and (
@@ -486,7 +497,9 @@ class Edit(Knobs, Proposer):
         parent has fewer than `evidence` known training rollouts, or than `definitions` before the first draft
         (None for an artifact: the sampler's)."""
         cfg = self.config
-        if not self._edits(state, components):
+        if not self._edits(state, components) or (
+                not self._undrafted(state, components)
+                and self._aimless(state, parent, components[0], trainset, cfg.perfect_score)):
             return None
         n = len(trainset)
         known = sum(state.known(parent, e.id) is not None for e in trainset)
@@ -514,11 +527,10 @@ class Edit(Knobs, Proposer):
         (component,) = request.components
         if self.drafts(request):
             return await self._draft(request, component)
-        evidence = step_rollouts(request, component, [r for e in request.trainset
-                                                      if (r := st.known(parent, e.id)) is not None], cfg.perfect_score)
-        if component in st.steps and all(r.score.value >= cfg.perfect_score for r in evidence):
-            # no failure whose feedback names the step's right answer: its rules have nothing to aim at
+        if self._aimless(st, parent, component, request.trainset, cfg.perfect_score):
             return await Rewrite(self.max_tokens, self.prompt_chars).propose(request)
+        evidence = step_rollouts(st, component, [r for e in request.trainset
+                                                 if (r := st.known(parent, e.id)) is not None], cfg.perfect_score)
         memory = st.memory.of(RULES_TRIED)
         tried = memory.setdefault((parent.id, component), {})
         # patterns no usable rule came for on this parent (every attempt refused): not asked again while others are
@@ -530,7 +542,7 @@ class Edit(Knobs, Proposer):
         known: list[Rollout] = []  # every candidate's paid training rollouts (the parent's first), read once
         if any(edits.expected_answer(p) for p in patterns):
             train_ids = {e.id for e in request.trainset}
-            known = [*evidence, *step_rollouts(request, component, [
+            known = [*evidence, *step_rollouts(st, component, [
                 r for (_, ex_id), r in sorted(st.rollouts.items()) if ex_id in train_ids], cfg.perfect_score)]
         instruction, kept = parts(cfg, parent[component])
         text = instruction
@@ -604,7 +616,7 @@ class Edit(Knobs, Proposer):
         a test cannot show (docs/design-notes.md)."""
         cfg, st, parent, rng = request.config, request.state, request.parent, request.rng
         by_id = {e.id: e for e in request.trainset}
-        known = step_rollouts(request, component, [r for (_, ex_id), r in sorted(st.rollouts.items())
+        known = step_rollouts(st, component, [r for (_, ex_id), r in sorted(st.rollouts.items())
                                                    if ex_id in by_id], cfg.perfect_score)
         if component in st.steps:
             by_id = {}  # a step's feedback is shown as it is: the program's gold is not the step's answer
@@ -900,9 +912,11 @@ class FewShot(Knobs, Proposer):
         sources = self._sources(request)
         if not sources:
             return None
-        evidence = [r for e in request.trainset if (r := st.known(parent, e.id)) is not None]
+        # an inner step's demonstration is for a mistake of its own (`step_rollouts`), not the program's answer's
+        evidence = step_rollouts(st, component, [r for e in request.trainset
+                                                 if (r := st.known(parent, e.id)) is not None], cfg.perfect_score)
         focus = edits.choose_focus(evidence, cfg.perfect_score, {}, rng, max_failures=cfg.minibatch_size,
-                                   max_contrast=self.gate_solved, diagnosis=diagnose(request))
+                                   max_contrast=self.gate_solved, diagnosis=diagnose(request, component))
         if focus is None:
             return None
         gate_ids = edits.gate_batch(focus, evidence, cfg.perfect_score, cfg.minibatch_size, self.gate_solved, rng)
@@ -912,7 +926,8 @@ class FewShot(Knobs, Proposer):
         _, current = demos.split(parent[component])
         calls = (next((t for t in r.trace if t.component == component), None) for r in focus.failures)
         missed = [t.inputs for t in calls if t is not None]  # what the demonstration should look like
-        gold = self.gold if self.gold is not None else isinstance(self._inner, Rewrite)
+        # (a program's gold is not an inner step's answer)
+        gold = component not in st.steps and (self.gold if self.gold is not None else isinstance(self._inner, Rewrite))
         golds = await self._golds(request, component, sources, {r.example_id for r in solved}) if gold else []
         demo = demos.choose(solved, component, current, edits.expected_answer(focus.pattern), set(gate_ids), rng,
                             like=missed, golds=golds)
