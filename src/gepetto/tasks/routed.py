@@ -1,7 +1,8 @@
 """A two-step program on HWU64 (`hwu-routed`): a router names the area of a message to a home assistant, then an
 intent step picks the intent among that area's intents. A compound system in the small: two components, each with
-its own instruction; the program's answer is the intent step's, so the labels route's rules go to it and the router
-is rewritten whole (docs/default.md); the metric's feedback says which step went wrong.
+its own instruction; the program's answer is the intent step's, so the labels route's rules go to it, and to the
+router too, whose own answers are a closed set the feedback names (docs/pipeline.md); the metric's feedback says
+which step went wrong.
 
 Areas: alarm, audio, calendar, email and lists (16 intents; none of HWU64's locked-only scenarios). Splits as
 `gepetto.tasks.hwu64`'s (the dataset's folds): 40 train, 40 validation, 120 dev test, 240 locked test. The plain seed

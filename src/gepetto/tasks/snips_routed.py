@@ -1,7 +1,8 @@
 """A two-step program on SNIPS (`snips-routed`): a router names the kind of request (7 intents), then an extractor
 writes the request's slots as JSON, given the slot names of the intent the router named. A compound system in the
-small: two components, each with its own instruction; the program's answer is the extractor's JSON, so both steps
-are rewritten (no closed answer set); the metric's feedback says which step went wrong.
+small: two components, each with its own instruction; the program's answer is the extractor's JSON (no closed
+answer set), so the extractor is rewritten whole and the router, whose own answers are a closed set the feedback
+names, gets rules (docs/pipeline.md); the metric's feedback says which step went wrong.
 
 Metric: F1 over (slot, value) pairs against the gold spans (`gepetto.tasks.slots`; the gold: the intent and its
 slots), 0 for a reply that is no JSON object; when the router named another intent, the feedback says so first.
