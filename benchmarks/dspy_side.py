@@ -49,6 +49,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import os
 import shlex
 import subprocess
 import sys
@@ -59,6 +60,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # DSPy's LiteLLM: no price list fetched
 import dspy
 
 from gepetto.program import TraceEntry

@@ -390,6 +390,7 @@ async def test_litellm_backend_maps_errors_and_retries(monkeypatch) -> None:
             "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8}})
 
     monkeypatch.setitem(sys.modules, "litellm", types.SimpleNamespace(acompletion=acompletion))
+    monkeypatch.delenv("LITELLM_LOCAL_MODEL_COST_MAP", raising=False)
     lm = make_lm("litellm:anthropic/some-model?max_retries=2")
     waits: list[float] = []
     lm._delay = lambda attempt, retry_after: waits.append(retry_after) or 0.0
@@ -397,6 +398,7 @@ async def test_litellm_backend_maps_errors_and_retries(monkeypatch) -> None:
     assert out.text == "hi" and out.attempts == 2 and waits == [2.0]
     assert out.usage.input_tokens == 7 and calls[-1]["model"] == "anthropic/some-model"
     assert calls[-1]["num_retries"] == 0 and calls[-1]["max_tokens"] == 5
+    assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"  # no price list fetched from GitHub on import
 
 
 def test_lms_on_one_endpoint_share_its_rate_limit() -> None:

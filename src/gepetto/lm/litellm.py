@@ -6,6 +6,7 @@ from the provider's usual environment variables (ANTHROPIC_API_KEY, ...), read b
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from gepetto._install import install_hint
@@ -28,6 +29,8 @@ class LiteLLMLM(RemoteLM):
 
     def _module(self) -> Any:
         if self._litellm is None:
+            # LiteLLM fetches its price list from GitHub on import unless told not to; gepetto prices calls itself
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
             try:
                 import litellm
             except ImportError:
