@@ -506,6 +506,36 @@ def test_a_first_draft_writes_one_rule_per_right_answer_and_is_validated_once():
     assert len(drafted) >= 4
 
 
+def test_an_edit_rule_that_pastes_the_other_inputs_shown_is_refused_as_an_echo():
+    """An edit's prompt lists other inputs whose right answer is the mistake's ("These inputs also have ..."); a
+    rule that quotes them fits those examples, not the kind of request (snips-routed s1 kept one such rule)."""
+    import asyncio
+
+    seed, train, val, metric, program, task_lm = _topic_task()
+    answered = []
+
+    def paster(messages, params):
+        user = messages[1]["content"]
+        m = re.search(r"These inputs also have the right answer (\w+):\n(.*?)\n(?:It already|Rules|Write)", user, re.S)
+        if not m or "copies the inputs" in messages[-1]["content"]:
+            lab = re.findall(r"expected (\w+)", user)[0]
+            return f"<rule>If the message is about {TOPICS[lab]}, answer {lab}.</rule>"
+        quoted = re.findall(r"Input: (.+)", m.group(2))[:2]
+        return f"<rule>If the message is like {' or '.join(f'{q!r}' for q in quoted)}, answer {m.group(1)}.</rule>"
+
+    def on(event):
+        if type(event).__name__ == "ReflectionAnswered":
+            answered.append(event)
+
+    engine = build_engine(seed, train, metric, valset=val, program=program, task_lm=ScriptedLM(task_lm),
+                          reflection_lm=ScriptedLM(paster), budget=80, proposer=Edit(definitions=0), merge="off",
+                          callbacks=[on])
+    res = asyncio.run(engine.run())
+    pasted = [e for e in answered if "is like" in e.raw]
+    assert pasted and all(e.rejected is Outcome.ECHO for e in pasted)
+    assert "is like" not in res.best_candidate["instruction"] and res.best_score > res.seed_score
+
+
 def test_the_first_draft_asks_for_all_its_rules_at_once():
     """The draft's requests (one per answer) read only the parent's text, so they are in flight together: a batching
     backend decodes them in one batch, an API answers them in parallel. The rules are applied in the answers' order."""

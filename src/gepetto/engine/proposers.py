@@ -673,7 +673,9 @@ class Edit(Knobs, Proposer):
             request.services.count(Outcome.OVER_LENGTH)
             return "", Outcome.OVER_LENGTH
         messages = edits.build_edit_prompt(current, focus, component, tried_rules, by_id, limit=limit)
-        shown = [edits.shown(r, component, example=by_id.get(r.example_id)) for r in focus.failures + focus.contrast]
+        # every input the prompt shows, its positives too: a rule that pastes any of them is refused as an echo
+        shown = [edits.shown(r, component, example=by_id.get(r.example_id))
+                 for r in focus.failures + focus.contrast + focus.positives]
 
         def vet(out: Completion) -> tuple[str, Outcome | None]:
             rule, why = edits.vet_rule(out.text, out.finish_reason, current, shown, focus.pattern)
