@@ -136,8 +136,12 @@ def model_settings(threads: int) -> list[dict[str, Any]]:
 
     common = {"n_threads": threads, "n_threads_batch": threads, "seed": 0, "verbose": True}
     return [
-        # the task model's RAM prompt cache keeps the router's and the intent step's prompt states
-        {"model": str(model_path(TASK_LM)), "model_alias": TASK_LM, "n_ctx": 4096, "cache": True, **common},
+        # the task model's RAM prompt cache keeps the router's and the intent step's prompt states. Its size counts
+        # llama.cpp's state only, while each entry also copies the logits buffer (n_batch x vocab floats, ~300 MB
+        # for Qwen's 152k vocab): at the default 2 GiB the 0.5B's server grew to 20 GB and was OOM-killed. 8 MiB
+        # keeps about ten entries (~3 GB)
+        {"model": str(model_path(TASK_LM)), "model_alias": TASK_LM, "n_ctx": 4096, "cache": True,
+         "cache_size": 8 << 20, **common},
         {"model": str(model_path(REFLECTION_LM)), "model_alias": REFLECTION_LM, "n_ctx": 8192, **common},
     ]
 
