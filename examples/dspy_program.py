@@ -192,11 +192,10 @@ def _reflection_answer(messages: Sequence[dict[str, str]], params: dict[str, Any
     current = prompt.split("<current_instruction>\n", 1)[1].split("\n</current_instruction>", 1)[0]
     # like a reflection model, it reads the feedback and the answers shown: a sentence for a city, a continent
     if "`message`" in current or "city mentioned" in current:  # the extract predictor's instruction
-        fix = EXTRACT_RULE if "name only" in prompt or "city: The city mentioned is" in prompt else ""
+        fix = EXTRACT_RULE if "name only" in prompt or "The city mentioned is" in prompt else ""
     else:
         continents = {c.lower() for c in CONTINENT.values()}
-        answered = {line[len("country: "):].strip().lower() for line in prompt.splitlines()
-                    if line.startswith("country: ")}
+        answered = {line.removeprefix("country: ").strip().lower() for line in prompt.splitlines()}
         fix = LOCATE_RULE if "continent" in prompt or answered & continents else ""
     new = f"{current}\n{fix}" if fix and fix not in current else f"{current}\nBe precise."
     return f"<new_instruction>\n{new}\n</new_instruction>"

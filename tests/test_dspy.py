@@ -2,6 +2,7 @@
 program with a scripted DSPy LM (a DSPy engine) and a scripted reflection LM."""
 
 import importlib.util
+import re
 import threading
 import time
 from pathlib import Path
@@ -51,9 +52,9 @@ def test_every_predictor_is_evolved_and_the_module_given_is_untouched():
     # reflection on a predictor saw that predictor's own calls: its input fields and its output fields
     prompts = [call[0][1]["content"] for call in reflection.calls]
     extract = next(p for p in prompts if "`message`" in p.split("</current_instruction>")[0])
-    assert "[Input]\nmessage: " in extract and "city: The city mentioned is" in extract
+    assert "[Input]\nmessage: " in extract and "]\nThe city mentioned is" in extract  # one output field: its value
     locate = next(p for p in prompts if "`message`" not in p.split("</current_instruction>")[0])
-    assert "[Input]\ncity: " in locate and ("country: Europe" in locate or "country: Asia" in locate)
+    assert "[Input]\ncity: " in locate and ("]\nEurope" in locate or "]\nAsia" in locate)
     # the five-argument metric was asked about each predictor: its notes are in the feedback
     assert "Feedback on predictor `locate`: The country is wrong" in locate
     # DSPy's LM calls are counted in the ledger as the task role
@@ -328,3 +329,74 @@ def test_a_chain_of_thought_predictor_is_named_by_its_path_and_its_reasoning_is_
     assert optimized.solve.predict.signature.instructions.startswith("Add the numbers")
     prompt = reflection.calls[0][0][1]["content"]
     assert "[Input]\nquestion: What is 2 + 2?" in prompt and "reasoning: two and two\nanswer: 5" in prompt
+
+
+def test_a_one_field_router_is_traced_by_its_answer_and_gets_the_rules_a_router_gets():
+    """A predictor with one output field is traced by that field's value ("audio", not "area: audio"), so a router's
+    answers form a closed set the feedback names, and the route gives it rules (as in gepetto's own programs)."""
+    words = {"wake": ("alarm", "alarm_set"), "delete": ("alarm", "alarm_remove"), "louder": ("audio", "volume_up"),
+             "silence": ("audio", "volume_mute")}
+
+    class Engine:
+        def complete(self, request):
+            from dspy.lm15 import Message, Response, TextPart, Usage
+
+            system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
+            user = request.messages[-1].text or ""
+            word = next(w for w in words if w in user)
+            if "1. `area`" in system.split("Your output fields are:", 1)[-1][:40]:  # the router
+                rule = re.search(rf"{word}\b[^\n]*answer (\w+)", system.split("your objective is:", 1)[-1])
+                field, value = "area", rule.group(1) if rule else "audio" if word == "louder" else "alarm"
+            else:  # the intent step: right when the router was
+                area, intent = words[word]
+                field, value = "intent", intent if f"\n{area}\n" in user else "alarm_set"
+            text = f"[[ ## {field} ## ]]\n{value}\n\n[[ ## completed ## ]]"
+            return Response(id=None, model="router", message=Message.assistant([TextPart(text)]),
+                            finish_reason="stop", usage=Usage(input_tokens=10, output_tokens=5, total_tokens=15))
+
+        def stream(self, request):
+            raise NotImplementedError
+
+        def close(self):
+            pass
+
+    class Routed(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.router = dspy.Predict(dspy.Signature("message -> area", "Say which area the message is about: "
+                                                                         "alarm or audio."))
+            self.intent = dspy.Predict(dspy.Signature("message, area -> intent", "Pick the intent."))
+
+        def forward(self, message):
+            area = self.router(message=message).area
+            return dspy.Prediction(area=area, intent=self.intent(message=message, area=area).intent)
+
+    def metric(gold, pred):
+        if pred.intent == gold.intent:
+            return gepetto.Score(1.0, "Correct.")
+        return gepetto.Score(0.0, f"The router answered '{pred.area}', but the message is about {gold.area}.")
+
+    def rules(messages, params):
+        user = messages[-1]["content"]
+        asked = re.search(r"says when to answer (\w+)", user) or re.search(r'answer (\w+)\."', user)
+        if asked is None:  # a whole rewrite (the intent step): the text as it was
+            current = re.search(r"<current_instruction>\n(.*?)\n</current_instruction>", user, re.S)
+            return f"<new_instruction>{current.group(1) if current else ''}\nBe brief.</new_instruction>"
+        cases = user.split("It already answers these correctly")[0]
+        named = sorted(w for w in words if re.search(rf"\b{w}\b", cases))
+        return f"<rule>If the message asks to {' or '.join(named) or 'do it'}, answer {asked.group(1)}.</rule>"
+
+    def data(n, prefix):
+        return [dspy.Example(message=f"please {w} thing {prefix}{i}", area=words[w][0], intent=words[w][1])
+                .with_inputs("message") for i in range(n) for w in [list(words)[i % 4]]]
+
+    events = []
+    with dspy.context(lm=dspy.LM("scripted/router", engine=Engine(), cache=False)):
+        optimized, result = gdspy.optimize(Routed(), data(24, "t"), metric, valset=data(12, "v"),
+                                           reflection_lm=ScriptedLM(rules), budget=200, callbacks=events.append)
+    (chosen,) = [e for e in events if isinstance(e, ev.RouteChosen)]
+    assert "rules for router (2 answers from the outputs (alarm, audio)" in chosen.reason, chosen.reason
+    assert result.seed_score == 0.75  # the router sends 'silence' to alarm
+    router = optimized.router.signature.instructions
+    assert re.search(r"^- If the message asks to [a-z ]*silence[a-z ]*, answer audio\.$", router, re.M), router
+    assert result.best_score == 1.0

@@ -189,7 +189,19 @@ class ModuleRun(dict):
 
 
 def _fields_text(values: Mapping[str, Any]) -> str:
-    return "\n".join(f"{k}: {v if isinstance(v, str) else render_value(v)}" for k, v in values.items())
+    return "\n".join(f"{k}: {_value_text(v)}" for k, v in values.items())
+
+
+def _value_text(value: Any) -> str:
+    return value if isinstance(value, str) else render_value(value)
+
+
+def _output_text(fields: Any) -> str:
+    """A predictor's answer as its trace records it: the value of its one output field as it is (a router's "alarm",
+    so that feedback naming "alarm" reads as that step's answer), several as `name: value` lines."""
+    if not isinstance(fields, Mapping):
+        return _value_text(fields)
+    return _value_text(next(iter(fields.values()))) if len(fields) == 1 else _fields_text(fields)
 
 
 def _infrastructure(exc: BaseException) -> LMUnavailable | None:
@@ -369,7 +381,7 @@ class _Program:
                                                       f"{list(signature.output_fields)})\n{raw}")
                 raise
             fields = out.toDict() if hasattr(out, "toDict") else dict(out) if isinstance(out, Mapping) else out
-            ctx.record(name, inputs=inputs, output=_fields_text(fields) if isinstance(fields, Mapping) else fields)
+            ctx.record(name, inputs=inputs, output=_output_text(fields))
             return out
 
         return recorded
