@@ -1,6 +1,7 @@
 """One typed configuration: `EngineConfig` (the loop's options) and `RunConfig` (a stored run: the engine's options
 plus the task, the LMs and the store's). The Python API's keyword arguments, the config files and the CLI options
-(`--max-concurrency` for `max_concurrency`, ...) all derive from these two models, with the same names.
+(`--max-concurrency` for `max_concurrency`, ...) all derive from these two models, with the same names (the engine
+keywords' types: gepetto/_engine_options.py, generated from `EngineConfig` by `python -m gepetto._gen_options`).
 
 Each field says what it is (`description`) and where the CLI shows it (`group`); an invalid value or an unknown
 name raises one `ConfigError` that names the field and what it accepts.
@@ -72,22 +73,27 @@ class UnknownOptionError(ConfigError, TypeError):
 
 
 def _field(default: Any, description: str, group: str, *, spec: bool = False, cli_aliases: tuple[str, ...] = (),
-           **constraints: Any) -> Any:
+           python_types: tuple[str, ...] = (), **constraints: Any) -> Any:
     """A field with its description and its CLI group (and other flags for its CLI option, if any); `spec`: it
-    names a strategy (gepetto.specs), a SPEC on the command line."""
+    names a strategy (gepetto.specs), a SPEC on the command line; `python_types`: what its keyword also takes in
+    Python (`gepetto.optimize(...)`), types written as they are into gepetto/_engine_options.py, which
+    `python -m gepetto._gen_options` generates from these fields."""
     extra: dict[str, Any] = {"group": group, **({"metavar": "SPEC"} if spec else {})}
     if cli_aliases:
         extra["cli_aliases"] = list(cli_aliases)
+    if python_types:
+        extra["python_types"] = list(python_types)
     if isinstance(default, (dict, list)):  # a fresh copy for each config
         return Field(default_factory=lambda: copy.deepcopy(default), description=description,
                      json_schema_extra=extra, **constraints)
     return Field(default, description=description, json_schema_extra=extra, **constraints)
 
 
-def _strategy(option: str, intro: str, group: str) -> Any:
+def _strategy(option: str, intro: str, group: str, python_types: tuple[str, ...] = ()) -> Any:
     """A field naming a strategy (default: its first built-in), its help written from the built-ins' classes:
     `intro`, then each one's spec with its parameters' defaults and what it does (gepetto.specs)."""
-    return _field(SPECS[option][0], strategies_help(option, intro, SPECS[option]), group, spec=True)
+    return _field(SPECS[option][0], strategies_help(option, intro, SPECS[option]), group, spec=True,
+                  python_types=python_types)
 
 
 class _Options(BaseModel):
@@ -172,7 +178,8 @@ class EngineConfig(_Options):
         "feedback (default: no limit).", RUN, gt=0)
     # where rollouts run (engine/executors.py): in this process, or as Ray tasks on a cluster; in Python also an
     # Executor object. The run is the same either way
-    executor: str | Executor = _strategy("executor", "Where rollouts run (in Python also an Executor object).", RUN)
+    executor: str | Executor = _strategy("executor", "Where rollouts run (in Python also an Executor object).", RUN,
+                                         python_types=("Knobs",))
     # the search
     minibatch_size: int = _field(3, "Training examples per reflection minibatch.", SEARCH, ge=1)
     seek_failures: int = _field(0, "Up to this many more training examples a parent runs when its minibatch has "
@@ -180,17 +187,23 @@ class EngineConfig(_Options):
                                 "place; 0: off.", SEARCH, ge=0)
     # the strategies (engine/strategies.py, docs/strategies.md): a built-in spec, or python:MODULE:QUALNAME for an
     # object given to gepetto.optimize()
-    parent_selector: str = _strategy("parent_selector", "How the parent of a proposal is chosen.", SEARCH)
-    component_selector: str = _strategy("component_selector", "Which components a proposal changes.", SEARCH)
+    parent_selector: str = _strategy("parent_selector", "How the parent of a proposal is chosen.", SEARCH,
+                                     python_types=("ParentSelector", "Mapping[str, Any]"))
+    component_selector: str = _strategy("component_selector", "Which components a proposal changes.", SEARCH,
+                                        python_types=("ComponentSelector",))
     minibatch_sampler: str = _strategy("minibatch_sampler", "Which training examples a parent runs on before "
-                                       "reflection.", SEARCH)
-    accept: str = _strategy("accept", "When a child passes its minibatch test against its parent.", SEARCH)
+                                       "reflection.", SEARCH, python_types=("MinibatchSampler",))
+    accept: str = _strategy("accept", "When a child passes its minibatch test against its parent.", SEARCH,
+                            python_types=("Acceptance", "Callable[[Sequence[float], Sequence[float]], bool | None]",
+                                          "Mapping[str, Any]"))
     proposals_per_round: int = _field(1, "Proposals tried at once (faster against slow parallel LM APIs).",
                                       SEARCH, ge=1)
     # racing validation (engine/racing.py): an accepted child runs the validation set in chunks and stops as soon
     # as it provably cannot enter the Pareto front nor become the best (exact: same front and best as a full pass)
-    validation: str = _strategy("validation", "How an accepted child is validated.", SEARCH)
-    merge: str = _strategy("merge", "Whether lineages that share an ancestor are merged.", SEARCH)
+    validation: str = _strategy("validation", "How an accepted child is validated.", SEARCH,
+                                python_types=("Knobs", "Mapping[str, Any]"))
+    merge: str = _strategy("merge", "Whether lineages that share an ancestor are merged.", SEARCH,
+                           python_types=("Knobs", "Mapping[str, Any]"))
     components: tuple[str, ...] | None = _field(
         None, "Components to evolve (YAML list); default: all of the seed's.", SEARCH)
     # component -> what kind of text it is ("a Python regular expression that ..."). A described component is an
@@ -202,13 +215,14 @@ class EngineConfig(_Options):
     # proposing: "rewrite" is the paper's full rewrite of the component from a minibatch (engine/reflect.py);
     # "edit" proposes rules for frequent mistakes, gated on failures and solved cases (engine/edits.py); "auto"
     # takes the run's route, chosen from the examples and the seed's first rollouts (engine/route.py)
-    proposer: str = _strategy("proposer", "How children are proposed (docs/strategies.md).", PROPOSALS)
+    proposer: str = _strategy("proposer", "How children are proposed (docs/strategies.md).", PROPOSALS,
+                              python_types=("Proposer", "Mapping[str, Any]"))
     # few-shot demonstrations (engine/demos.py): solved training examples written into a component's text; on by
     # default with the built-in proposers (docs/design-notes.md), with a proposer of one's own only when k is set,
     # and never in a run with no valset apart (it has no example to show)
     fewshot: str = _strategy("fewshot", "Few-shot demonstrations (solved training examples) in a component's text, "
                              f"at most k per component (unset: {FEWSHOT} with a built-in proposer); a number is k.",
-                             PROPOSALS)
+                             PROPOSALS, python_types=("Knobs", "int", "Mapping[str, Any]"))
     reflection_attempts: int = _field(3, "Reflection calls per proposal (a rejected answer is retried; a rule "
                                       "the instruction already has is not).", PROPOSALS, ge=1)
     # None: each kind of request has its own schedule (REWRITE_TEMPERATURES, RULE_TEMPERATURES)
