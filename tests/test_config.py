@@ -66,15 +66,17 @@ def members(annotation) -> set:
     return out
 
 
-def test_each_keyword_takes_what_its_config_field_holds():
-    """The engine keywords are typed twice, on purpose: `EngineConfig`'s fields are what a config holds (read by
-    attribute, typed: `cfg.budget` is an int), `EngineOptions` is what a call may pass (None for "the config's",
-    a mapping or a sequence, a strategy object). Python's typing derives neither from the other (no mapped or
-    indexed types), and a single source built at run time leaves one side untyped for mypy (measured for issue
-    63: the model's reads become Any). So this test keeps them in step, type by type: each keyword takes at least
-    what its field holds, and None."""
-    from gepetto import api
+def test_each_keyword_is_typed_once_as_a_config_field():
+    """`EngineOptions` (what a call may pass) is generated from `EngineConfig`'s fields (what a config holds), so
+    each keyword is typed once: Python's typing derives neither from the other for mypy (no mapped or indexed
+    types; a TypedDict built at run time is Any to mypy), hence a generated module, which must be what the
+    generator writes from the fields as they are. Each keyword takes at least what its field holds, and None."""
+    from gepetto import _engine_options, _gen_options, api
+    from gepetto.strategies import ParentSelector
 
+    assert _gen_options.TARGET.read_text() == _gen_options.render(), (
+        f"src/gepetto/_engine_options.py is not what EngineConfig's fields make: run `{_gen_options.COMMAND}`")
+    assert api.EngineOptions is _engine_options.EngineOptions
     given = typing.get_type_hints(api.EngineOptions)
     narrower = []
     for name, field in EngineConfig.model_fields.items():
@@ -82,7 +84,8 @@ def test_each_keyword_takes_what_its_config_field_holds():
         if not held <= taken:
             narrower.append(f"{name}: {given[name]} does not take {held - taken} ({field.annotation})")
     assert not narrower, narrower
-    assert members(given["parent_selector"]) >= {str, api.ParentSelector, Mapping[str, typing.Any]}
+    assert members(given["parent_selector"]) >= {str, ParentSelector, Mapping[str, typing.Any]}
+    assert members(given["components"]) == {Sequence[str], type(None)}  # a tuple field takes any sequence
 
 
 def test_evaluate_takes_the_engine_options_it_uses():

@@ -1,8 +1,9 @@
 """The public entry point: `optimize()` (and its async twin) over a program, a metric and examples.
 
-The options are written once: `EngineOptions` (the loop's, one per `EngineConfig` field) and the run's own
-(`RunOptions`), typed dictionaries that `optimize(..., **options)`, `optimize_async` and `build_engine` unpack, so
-an editor shows every keyword with its type; an unknown keyword raises a ConfigError naming the closest one.
+The options are written once: `EngineOptions` (the loop's, one per `EngineConfig` field, generated from those fields
+into gepetto/_engine_options.py) and the run's own (`RunOptions`), typed dictionaries that
+`optimize(..., **options)`, `optimize_async` and `build_engine` unpack, so an editor shows every keyword with its
+type; an unknown keyword raises a ConfigError naming the closest one.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypedDict, TypeVar
 
+from gepetto._engine_options import EngineOptions
 from gepetto.assembly import (
     as_examples,
     assemble_engine,
@@ -43,18 +45,10 @@ from gepetto.config import (
 from gepetto.engine import stopping
 from gepetto.engine.events import Callbacks, Result, as_callbacks
 from gepetto.engine.loop import Engine, RolloutStore
-from gepetto.engine.proposers import Proposer
-from gepetto.engine.strategies import (
-    Acceptance,
-    ComponentSelector,
-    MinibatchSampler,
-    ParentSelector,
-    label,
-)
+from gepetto.engine.strategies import label
 from gepetto.ledger import Ledger
 from gepetto.lm.base import LM, RedactingLM, aclose_lm
-from gepetto.program import Executor, Metric, Program, Rollout, Task, run_rollout
-from gepetto.specs import Knobs
+from gepetto.program import Metric, Program, Rollout, Task, run_rollout
 from gepetto.tracking import Tracker, make_tracker, tracked, with_tracker
 from gepetto.types import Candidate, Example
 
@@ -71,48 +65,8 @@ if TYPE_CHECKING:
 
 SeedCandidate = Candidate | Mapping[str, str] | str  # a bare string is the one component "instruction"
 Examples = Sequence[Example | Mapping[str, Any]]
-AcceptanceLike = Acceptance | Callable[[Sequence[float], Sequence[float]], "bool | None"]
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class EngineOptions(TypedDict, total=False):
-    """The loop's options as keyword arguments, one per `EngineConfig` field (which documents each); None, or a
-    keyword left out, is the config's value. A strategy takes its spec or, in Python, an object: a built-in one
-    (`gepetto.strategies.Edit(rules=3)`) or one of your own (docs/strategies.md)."""
-
-    budget: int | None
-    seed: int | None
-    max_concurrency: int | None
-    task_lm_params: Mapping[str, Any] | None
-    time_limit: float | None
-    patience: int | None
-    target_score: float | None
-    perfect_score: float | None
-    stop_file: str | None
-    max_idle_iterations: int | None
-    max_cost_usd: float | None
-    max_lm_failures: int | None
-    lm_retry_pause: float | None
-    rollout_timeout: float | None
-    executor: str | Knobs | Executor | None
-    minibatch_size: int | None
-    seek_failures: int | None
-    parent_selector: ParentSelector | str | Mapping[str, Any] | None
-    component_selector: ComponentSelector | str | None
-    minibatch_sampler: MinibatchSampler | str | None
-    accept: AcceptanceLike | str | Mapping[str, Any] | None
-    proposals_per_round: int | None
-    validation: Knobs | str | Mapping[str, Any] | None
-    merge: Knobs | str | Mapping[str, Any] | None
-    components: Sequence[str] | None
-    component_descriptions: Mapping[str, str] | None
-    proposer: Proposer | str | Mapping[str, Any] | None
-    fewshot: Knobs | int | str | Mapping[str, Any] | None
-    reflection_attempts: int | None
-    reflection_temperatures: Sequence[float] | None
-    max_component_chars: int | None
-    prices: Mapping[str, tuple[float, float]] | None
 
 
 class RunOptions(EngineOptions, total=False):
