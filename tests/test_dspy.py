@@ -294,22 +294,31 @@ def test_with_instructions_and_duplicate_examples():
     assert len(result.candidates[0].val_scores) == len(val) + 1
 
 
+class _Engine:
+    """A DSPy engine whose answer text is `answer(system, user)` of the request's system prompt and last message."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def complete(self, request):
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system or [])
+        text = self.answer(system, request.messages[-1].text or "")
+        return Response(id=None, model="scripted", message=Message.assistant([TextPart(text)]), finish_reason="stop",
+                        usage=Usage(input_tokens=10, output_tokens=10, total_tokens=20))
+
+    def stream(self, request):
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+
 def test_a_chain_of_thought_predictor_is_named_by_its_path_and_its_reasoning_is_traced():
-    class Engine:
-        def complete(self, request):
-            from dspy.lm15 import Message, Response, TextPart, Usage
-
-            system = request.system if isinstance(request.system, str) else ""
-            answer = "4" if "Add the numbers" in system else "5"
-            text = f"[[ ## reasoning ## ]]\ntwo and two\n\n[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]"
-            return Response(id=None, model="cot", message=Message.assistant([TextPart(text)]), finish_reason="stop",
-                            usage=Usage(input_tokens=10, output_tokens=10, total_tokens=20))
-
-        def stream(self, request):
-            raise NotImplementedError
-
-        def close(self):
-            pass
+    def answer(system, user):
+        answer = "4" if "Add the numbers" in system else "5"
+        return f"[[ ## reasoning ## ]]\ntwo and two\n\n[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]"
 
     class QA(dspy.Module):
         def __init__(self):
@@ -322,7 +331,7 @@ def test_a_chain_of_thought_predictor_is_named_by_its_path_and_its_reasoning_is_
     data = [dspy.Example(question=f"What is 2 + 2? ({i})", answer="4").with_inputs("question") for i in range(3)]
     reflection = ScriptedLM(lambda messages, params: "<new_instruction>\nAdd the numbers in the question and give "
                                                      "the sum.\n</new_instruction>")
-    with dspy.context(lm=dspy.LM("scripted/cot", engine=Engine(), cache=False)):
+    with dspy.context(lm=dspy.LM("scripted/cot", engine=_Engine(answer), cache=False)):
         optimized, result = gdspy.optimize(QA(), data, lambda gold, pred: pred.answer == gold.answer,
                                            reflection_lm=reflection, budget=12)
     assert list(result.best_candidate) == ["solve.predict"] and result.best_score == 1.0
@@ -337,28 +346,15 @@ def test_a_one_field_router_is_traced_by_its_answer_and_gets_the_rules_a_router_
     words = {"wake": ("alarm", "alarm_set"), "delete": ("alarm", "alarm_remove"), "louder": ("audio", "volume_up"),
              "silence": ("audio", "volume_mute")}
 
-    class Engine:
-        def complete(self, request):
-            from dspy.lm15 import Message, Response, TextPart, Usage
-
-            system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
-            user = request.messages[-1].text or ""
-            word = next(w for w in words if w in user)
-            if "1. `area`" in system.split("Your output fields are:", 1)[-1][:40]:  # the router
-                rule = re.search(rf"{word}\b[^\n]*answer (\w+)", system.split("your objective is:", 1)[-1])
-                field, value = "area", rule.group(1) if rule else "audio" if word == "louder" else "alarm"
-            else:  # the intent step: right when the router was
-                area, intent = words[word]
-                field, value = "intent", intent if f"\n{area}\n" in user else "alarm_set"
-            text = f"[[ ## {field} ## ]]\n{value}\n\n[[ ## completed ## ]]"
-            return Response(id=None, model="router", message=Message.assistant([TextPart(text)]),
-                            finish_reason="stop", usage=Usage(input_tokens=10, output_tokens=5, total_tokens=15))
-
-        def stream(self, request):
-            raise NotImplementedError
-
-        def close(self):
-            pass
+    def answer(system, user):
+        word = next(w for w in words if w in user)
+        if "1. `area`" in system.split("Your output fields are:", 1)[-1][:40]:  # the router
+            rule = re.search(rf"{word}\b[^\n]*answer (\w+)", system.split("your objective is:", 1)[-1])
+            field, value = "area", rule.group(1) if rule else "audio" if word == "louder" else "alarm"
+        else:  # the intent step: right when the router was
+            area, intent = words[word]
+            field, value = "intent", intent if f"\n{area}\n" in user else "alarm_set"
+        return f"[[ ## {field} ## ]]\n{value}\n\n[[ ## completed ## ]]"
 
     class Routed(dspy.Module):
         def __init__(self):
@@ -391,7 +387,7 @@ def test_a_one_field_router_is_traced_by_its_answer_and_gets_the_rules_a_router_
                 .with_inputs("message") for i in range(n) for w in [list(words)[i % 4]]]
 
     events = []
-    with dspy.context(lm=dspy.LM("scripted/router", engine=Engine(), cache=False)):
+    with dspy.context(lm=dspy.LM("scripted/router", engine=_Engine(answer), cache=False)):
         optimized, result = gdspy.optimize(Routed(), data(24, "t"), metric, valset=data(12, "v"),
                                            reflection_lm=ScriptedLM(rules), budget=200, callbacks=events.append)
     (chosen,) = [e for e in events if isinstance(e, ev.RouteChosen)]
