@@ -25,6 +25,7 @@ TASKS: dict[str, str] = {
     "clinc-work-oos": "gepetto.tasks.intents",
     "clinc-home": "gepetto.tasks.intents",  # locked-only: scored once, on the locked test split
     "clinc-auto": "gepetto.tasks.intents",
+    "clinc-meta": "gepetto.tasks.intents",  # locked-only, named before any run (issue 59's unseen-domain check)
     "hwu-iot": "gepetto.tasks.hwu64",  # HWU64 scenarios: fine-grained intents whose names share words
     "hwu-general": "gepetto.tasks.hwu64",
     "hwu-play": "gepetto.tasks.hwu64",
@@ -52,6 +53,7 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     "clinc-work-oos": {"domain": "work", "oos": True},
     "clinc-home": {"domain": "home", "oos": False},
     "clinc-auto": {"domain": "auto_and_commute", "oos": False},
+    "clinc-meta": {"domain": "meta", "oos": False},
     **{f"hwu-{s}": {"scenario": s} for s in ("iot", "general", "play", "email", "qa", "transport")},
     "snips-restaurant": {"intent": "BookRestaurant"},
     "snips-weather": {"intent": "GetWeather"},
