@@ -8,7 +8,8 @@ from gepetto.tasks import default_data_dir, hwu64, load_task
 from gepetto.tasks.intents import labels, normalize_label
 from gepetto.types import Example
 
-NAMES = ["clinc-banking", "clinc-credit-oos", "clinc-meta", "snips-restaurant", "snips-weather"]
+NAMES = ["clinc-banking", "clinc-credit-oos", "clinc-meta", "clinc-travel", "clinc-utility", "snips-restaurant",
+         "snips-weather"]
 pytestmark = pytest.mark.skipif(not (default_data_dir() / "clinc150").is_dir(), reason="no ../shared/data here")
 
 
@@ -41,7 +42,7 @@ def test_seed_states_task_labels_and_format_and_expert_adds_definitions(task):
     assert "Reply with only" in seed and "Reply with only" in expert
     assert len(expert) > len(seed)
     if task.name.startswith("clinc"):
-        domain = {"clinc-banking": "banking", "clinc-credit_cards-oos": "credit_cards", "clinc-meta": "meta"}[task.name]
+        domain = {"clinc-banking": "banking", "clinc-credit_cards-oos": "credit_cards"}.get(task.name, task.name[6:])
         for lab in labels(domain, "oos" in task.name):
             assert lab in seed and lab in expert
 

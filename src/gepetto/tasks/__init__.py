@@ -26,6 +26,8 @@ TASKS: dict[str, str] = {
     "clinc-home": "gepetto.tasks.intents",  # locked-only: scored once, on the locked test split
     "clinc-auto": "gepetto.tasks.intents",
     "clinc-meta": "gepetto.tasks.intents",  # locked-only, named before any run (issue 59's unseen-domain check)
+    "clinc-travel": "gepetto.tasks.intents",  # locked-only, likewise
+    "clinc-utility": "gepetto.tasks.intents",  # locked-only, likewise
     "hwu-iot": "gepetto.tasks.hwu64",  # HWU64 scenarios: fine-grained intents whose names share words
     "hwu-general": "gepetto.tasks.hwu64",
     "hwu-play": "gepetto.tasks.hwu64",
@@ -54,6 +56,8 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     "clinc-home": {"domain": "home", "oos": False},
     "clinc-auto": {"domain": "auto_and_commute", "oos": False},
     "clinc-meta": {"domain": "meta", "oos": False},
+    "clinc-travel": {"domain": "travel", "oos": False},
+    "clinc-utility": {"domain": "utility", "oos": False},
     **{f"hwu-{s}": {"scenario": s} for s in ("iot", "general", "play", "email", "qa", "transport")},
     "snips-restaurant": {"intent": "BookRestaurant"},
     "snips-weather": {"intent": "GetWeather"},
