@@ -94,6 +94,27 @@ def test_clinc_subset_uses_only_its_intents_and_rejects_unknown_subsets():
         load_task("clinc-banking", subset="nope")
 
 
+def test_the_user_sized_small_talk_family_is_balanced_and_its_locked_split_holds_no_dev_message():
+    from collections import Counter
+
+    from gepetto.tasks.intents import SUBSETS
+
+    dev, locked = load_task("clinc-smalltalk8"), load_task("clinc-smalltalk8", test_split="locked")
+    assert [len(dev.trainset), len(dev.valset), len(dev.testset)] == [24, 40, 80]  # the sizes of a user's family
+    for part in (dev.trainset, dev.valset, dev.testset):
+        assert set(Counter(e.gold for e in part).values()) == {len(part) // 8}  # balanced over the eight intents
+        assert {e.gold for e in part} == set(SUBSETS["smalltalk8"])
+    assert len(locked.testset) == 160 and not {e.id for e in locked.testset} & {e.id for e in dev.testset}
+    assert locked.trainset == dev.trainset and locked.valset == dev.valset
+    instruction = dev.seed_candidate["instruction"]
+    assert "small talk intents" in instruction and "greeting" not in instruction  # only the subset's names
+    expert = dev.expert_candidate["instruction"]
+    assert expert.startswith(instruction) and expert.count("\n- If the customer ") == 8
+    ex = dev.testset[0]
+    for junk in ["", "{}", ex["message"], instruction, "greeting"]:  # "greeting" is small talk, not one of the eight
+        assert dev.metric(ex, junk, []).value == 0.0
+
+
 def test_clinc_oos_has_out_of_scope_examples_in_every_split():
     task = load_task("clinc-credit-oos")
     for part in (task.trainset, task.valset, task.testset):

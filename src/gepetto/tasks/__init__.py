@@ -28,6 +28,7 @@ TASKS: dict[str, str] = {
     "clinc-meta": "gepetto.tasks.intents",  # locked-only, named before any run (issue 59's unseen-domain check)
     "clinc-travel": "gepetto.tasks.intents",  # locked-only, likewise
     "clinc-utility": "gepetto.tasks.intents",  # locked-only, likewise
+    "clinc-smalltalk8": "gepetto.tasks.intents",  # locked-only, likewise, at a user's size (24 / 40 / 80)
     "hwu-iot": "gepetto.tasks.hwu64",  # HWU64 scenarios: fine-grained intents whose names share words
     "hwu-general": "gepetto.tasks.hwu64",
     "hwu-play": "gepetto.tasks.hwu64",
@@ -58,6 +59,8 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     "clinc-meta": {"domain": "meta", "oos": False},
     "clinc-travel": {"domain": "travel", "oos": False},
     "clinc-utility": {"domain": "utility", "oos": False},
+    "clinc-smalltalk8": {"domain": "small_talk", "oos": False, "subset": "smalltalk8", "n_train": 24, "n_val": 40,
+                         "n_test": 80},
     **{f"hwu-{s}": {"scenario": s} for s in ("iot", "general", "play", "email", "qa", "transport")},
     "snips-restaurant": {"intent": "BookRestaurant"},
     "snips-weather": {"intent": "GetWeather"},

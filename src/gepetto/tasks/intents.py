@@ -174,6 +174,23 @@ DEFINITIONS: dict[str, dict[str, str]] = {
         "reset_settings": "wants the assistant's settings reset to their defaults",
         "maybe": "says maybe or that they are not sure",
     },
+    "small_talk": {
+        "greeting": "says hello or greets the assistant",
+        "goodbye": "says goodbye or ends the conversation",
+        "thank_you": "thanks the assistant",
+        "tell_joke": "asks to be told a joke",
+        "fun_fact": "asks to be told a fun or interesting fact",
+        "meaning_of_life": "asks what the meaning or purpose of life is",
+        "what_is_your_name": "asks what the assistant's name is",
+        "how_old_are_you": "asks how old the assistant is",
+        "where_are_you_from": "asks where the assistant comes from or was made",
+        "who_made_you": "asks who made, built or created the assistant",
+        "who_do_you_work_for": "asks who the assistant works for or who its boss is",
+        "are_you_a_bot": "asks whether the assistant is a bot, a computer or a real person",
+        "what_are_your_hobbies": "asks what the assistant likes to do for fun (its hobbies)",
+        "do_you_have_pets": "asks whether the assistant has any pets",
+        "what_can_i_ask_you": "asks what the assistant can do or what they can ask it",
+    },
     "work": {
         "pto_request_status": "asks whether their time-off request was approved",
         "next_holiday": "asks when the next holiday is",
@@ -199,6 +216,10 @@ OOS_DEFINITION = "anything that matches none of the intents above (another topic
 SUBSETS: dict[str, tuple[str, ...]] = {
     "banking8": ("account_blocked", "balance", "bill_balance", "bill_due", "freeze_account", "min_payment",
                  "pay_bill", "transactions"),
+    # eight questions about the assistant whose names share words ("you", "your", "who", "what"), sized as a user's
+    # family (24 train, 40 validation, 80 test): issue 59's unseen-family check, named before any run
+    "smalltalk8": ("are_you_a_bot", "how_old_are_you", "what_are_your_hobbies", "what_can_i_ask_you",
+                   "what_is_your_name", "where_are_you_from", "who_do_you_work_for", "who_made_you"),
 }
 
 
