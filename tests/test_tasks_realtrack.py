@@ -147,10 +147,10 @@ def test_snips_says_when_the_reply_was_cut_off():
 
 
 @pytest.mark.skipif(not (default_data_dir() / "hwu64").is_dir(), reason="no hwu64 data here")
-@pytest.mark.parametrize("name", ["hwu-iot", "hwu-email", "hwu-qa"])
-def test_hwu_tasks_split_the_folds_without_overlap_and_score_degenerate_outputs_zero(name):
+@pytest.mark.parametrize("name, n_test", [("hwu-iot", 120), ("hwu-email", 120), ("hwu-qa", 120), ("hwu-leisure", 80)])
+def test_hwu_tasks_split_the_folds_without_overlap_and_score_degenerate_outputs_zero(name, n_test):
     dev, locked = load_task(name), load_task(name, test_split="locked")
-    assert (len(dev.trainset), len(dev.valset), len(dev.testset), len(locked.testset)) == (24, 40, 120, 240)
+    assert (len(dev.trainset), len(dev.valset), len(dev.testset), len(locked.testset)) == (24, 40, n_test, 240)
     assert [e.id for e in dev.trainset + dev.valset] == [e.id for e in locked.trainset + locked.valset]
     texts = [{e["message"].lower() for e in part} for part in (dev.trainset, dev.valset, dev.testset, locked.testset)]
     assert all(not (texts[i] & texts[j]) for i in range(4) for j in range(i + 1, 4))  # no text in two splits
@@ -165,6 +165,15 @@ def test_hwu_tasks_split_the_folds_without_overlap_and_score_degenerate_outputs_
     assert expert.count("\n- If the user ") == len(golds)  # one hand-written definition per intent
     score = sum(dev.metric(e, dev.baseline, []).value for e in dev.testset) / len(dev.testset)
     assert score <= 0.25
+
+
+def test_a_family_of_scenarios_takes_their_intents_together():
+    task = load_task("hwu-leisure")
+    assert hwu64.labels("leisure") == sorted([*hwu64.labels("music"), *hwu64.labels("recommendation"),
+                                             *hwu64.labels("takeaway")])
+    assert len(hwu64.labels("leisure")) == 8 and "leisure intents" in task.seed_candidate["instruction"]
+    with pytest.raises(ValueError, match="leisure"):  # the error lists families among the known names
+        load_task("hwu-iot", scenario="nope")
 
 
 @pytest.mark.skipif(not (default_data_dir() / "hwu64").is_dir(), reason="no hwu64 data here")
