@@ -19,6 +19,7 @@ line per run; `table` prints the Markdown rows of a file.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
@@ -115,8 +116,7 @@ def main() -> None:
         row.update(label=args.label, machine=cpu_model(), python=platform.python_version(),
                    date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                    command=" ".join(["gepetto", "demo", "--seed", str(seed), *args.extra]))
-        with args.out.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        _append(args.out, row)
         print(json.dumps({k: v for k, v in row.items() if k not in ("tail", "ledger")}), flush=True)
 
 
@@ -129,8 +129,7 @@ def track(args: argparse.Namespace) -> None:
     row.update(kind="track", task=args.task, seed=args.seed, budget=args.budget, label=args.label,
                machine=cpu_model(), date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                command=" ".join(["python", *cmd[1:]]))
-    with args.out.open("a") as f:
-        f.write(json.dumps(row) + "\n")
+    _append(args.out, row)
     print(json.dumps({k: v for k, v in row.items() if k not in ("best", "ledger")}), flush=True)
 
 
@@ -141,8 +140,15 @@ def _children_cpu() -> float:
     return u.ru_utime + u.ru_stime
 
 
+def _append(path: Path, row: dict[str, Any]) -> None:
+    """One row more in a JSON-lines file (a gzip member more when its name ends in .gz)."""
+    with gzip.open(path, "at") if path.suffix == ".gz" else path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def table(path: Path) -> None:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     rows = [r for r in rows if r.get("kind") != "track"]
     print("| label | seed | busy | wall s | CPU s | rollouts | stop | test seed -> best | task: prompt (cached) + "
           "completion tokens | reflection: prompt (cached) + completion tokens |")
