@@ -387,6 +387,36 @@ class _SlowOrderLM:
         return Completion(text, Usage(10, 10))
 
 
+def test_the_demo_runs_sixteen_rollouts_at_once_and_its_default_task_lm_decodes_as_many(tmp_path, monkeypatch):
+    import inspect
+
+    from gepetto.lm.names import BACKENDS, Backend, make_lm, register_backend
+
+    class Counting(_SlowOrderLM):
+        busy = most = 0
+
+        async def complete(self, messages, **params):
+            Counting.busy += 1
+            Counting.most = max(Counting.most, Counting.busy)
+            try:
+                return await super().complete(messages, **params)
+            finally:
+                Counting.busy -= 1
+
+    monkeypatch.chdir(tmp_path)
+    register_backend("slow", Backend(lambda n: Counting(n.model), "slow:MODEL", {}))
+    try:
+        res = CliRunner().invoke(app, ["demo", "--task-lm", "slow:task", "--reflection-lm", "slow:reflection",
+                                       "--budget", "30", "--storage", "d.sqlite"], env={"COLUMNS": "400"})
+    finally:
+        BACKENDS.pop("slow")
+    assert res.exit_code == 0, res.output
+    # the held-out test: the seed's and the best's 40 rollouts, 16 at once
+    assert "test: seed" in res.output and Counting.most == 16
+    default = inspect.signature(gepetto.cli.demo).parameters["task_lm"].default.default
+    assert make_lm(default).parallel == 16  # the embedded task LM decodes as many together
+
+
 def test_a_demo_cut_by_its_time_limit_says_so_and_its_resume_finishes_it(tmp_path, monkeypatch):
     """A demo that runs out of time says it did (half a run), and the command it prints resumes it to the end of its
     budget (given room here: the time limit counts again from the resume, and this test must not depend on how

@@ -814,11 +814,16 @@ def delete(run: str, yes: bool = typer.Option(False, "--yes", "-y", help="Do not
     console.print(f"deleted {_t(what)}")
 
 
+# The demo's rollouts are short (one message in, a JSON line out): 16 decoded at once fit the embedded model's
+# context and cost fewer CPU seconds a token than 8 (benchmarks/results/commodity_cpu.md)
+DEMO_ROLLOUTS_AT_ONCE = 16
+
+
 @app.command(cls=_Command)
 def demo(
     budget: int = typer.Option(80, help="Rollout budget (one program run on one example)."),
     seed: int = typer.Option(0, help="Random seed (splits and sampling)."),
-    task_lm: str = typer.Option("local:qwen2.5-coder-0.5b", help="Task LM name."),
+    task_lm: str = typer.Option(f"local:qwen2.5-coder-0.5b?parallel={DEMO_ROLLOUTS_AT_ONCE}", help="Task LM name."),
     reflection_lm: str = typer.Option("local:qwen2.5-coder-1.5b", help="Reflection LM name."),
     time_limit: float = typer.Option(600.0, help="Stop after this many seconds (the demo takes about 3 minutes on "
                                      "2 cores; the held-out test after it is not counted)."),
@@ -839,7 +844,7 @@ def demo(
         f"seed instruction: {_t(repr(task.seed_candidate['instruction']))}"))
     try:
         cfg = load_config(task="demo", task_lm=task_lm, reflection_lm=reflection_lm, budget=budget, seed=seed,
-                          time_limit=time_limit, cache=cache)
+                          time_limit=time_limit, cache=cache, max_concurrency=DEMO_ROLLOUTS_AT_ONCE)
     except ConfigError as exc:
         raise _fail(str(exc), 2) from None
     started = time.monotonic()
