@@ -72,6 +72,7 @@ BEST_RULE = "lineage"  # engine/pareto.py: beats the seed, and the best before i
 OLD_RULES = {"seed": "beats the seed only", "chain-flip": "beats the seed and every best before it"}
 # what the labels of variant rows stand for (dev split only; the table lists those it shows)
 LABELS = {
+    "b200": "the default as it stands at budget 200, the size of the issue's families A-C (d420379; dev test only)",
     "trim2": "trim proposals inside the search: the seed's units first, then a 0.25 share on later parents (2586a8d)",
     "trim3": "trim proposals inside the search, the seed's units only, up to 4 (d6b128b)",
     "open4": "trims as openings before the search, up to 4 (`--set proposer=auto(trim=4)`, 787a175)",
