@@ -154,11 +154,11 @@ def seed_instruction(scenario: str) -> str:
 def expert_instruction(scenario: str, *, form: str = "rules") -> str:
     """The hand-written expert prompt: the seed and one line per intent, as rules ("- If the user <definition>,
     answer <intent>.", the form a 0.5B follows) or as definitions ("- <intent>: the user <definition>")."""
-    names = labels(scenario)
+    defs = _definitions(scenario)
     if form == "rules":
-        lines = [f"- If the user {_definitions(scenario)[name]}, answer {name}." for name in names]
+        lines = [f"- If the user {defs[name]}, answer {name}." for name in sorted(defs)]
     elif form == "definitions":
-        lines = [f"- {name}: the user {_definitions(scenario)[name]}" for name in names]
+        lines = [f"- {name}: the user {defs[name]}" for name in sorted(defs)]
     else:
         raise ValueError(f"unknown expert form {form!r}: rules or definitions")
     return seed_instruction(scenario) + "\n" + "\n".join(lines)
@@ -179,8 +179,9 @@ def load(
     data_dir: Any = None, *, seed: int = 0, scenario: str = "iot", n_train: int = 24, n_val: int = 40,
     n_test: int = 120, n_locked: int = 240, test_split: str = "dev", expert_form: str = "rules", **_: Any,
 ) -> Task:
-    """An HWU64 single-scenario task. `test_split="dev"` gives `n_test` messages of folds 3-4 (every decision is made
-    on them); `"locked"` gives `n_locked` of folds 5-10, scored once, when a result is reported."""
+    """An HWU64 task of one scenario (or of a family of them, `FAMILIES`). `test_split="dev"` gives `n_test`
+    messages of folds 3-4 (every decision is made on them); `"locked"` gives `n_locked` of folds 5-10, scored once,
+    when a result is reported."""
     if scenario not in DEFINITIONS and scenario not in FAMILIES:
         raise ValueError(f"no hand-written definitions for scenario {scenario!r}; scenarios: "
                          f"{sorted([*DEFINITIONS, *FAMILIES])}")
