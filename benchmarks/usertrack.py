@@ -53,7 +53,7 @@ from gepetto.engine import events as ev
 from gepetto.engine.pareto import EVIDENCE_LEVEL, stored_best
 from gepetto.lm.cache import CachedLM
 from gepetto.lm.names import make_lm
-from gepetto.tasks import load_task
+from gepetto.tasks import hwu64, load_task
 from gepetto.types import Candidate, Example
 
 TASK_LM, REFLECTION_LM = "local:qwen2.5-coder-0.5b", "local:qwen2.5-coder-1.5b"
@@ -61,8 +61,8 @@ TASKS = ["clinc-banking", "clinc-kitchen", "clinc-credit-oos", "clinc-work-oos",
 # HWU64, the development family of issue 59 (scenarios with at least 4 intents); qa and transport are locked-only,
 # named before any run (src/gepetto/tasks/hwu64.py)
 HWU_DEV = ["hwu-iot", "hwu-general", "hwu-play", "hwu-email"]
-LOCKED_ONLY = {"clinc-home", "clinc-auto", "clinc-meta", "clinc-travel", "clinc-utility", "clinc-smalltalk8", "hwu-qa",
-               "hwu-transport", "hwu-leisure"}
+LOCKED_ONLY = {"clinc-home", "clinc-auto", "clinc-meta", "clinc-travel", "clinc-utility", "clinc-smalltalk8",
+               *(f"hwu-{s}" for s in hwu64.LOCKED_ONLY)}
 # task loader options: each task's fixed splits (data seed 0) and, for the new task types, their expert form
 TASK_OPTIONS: dict[str, dict[str, Any]] = {"snips-weather": {"expert_form": "examples"}}
 LOCKED_SEEDS = (0, 1, 2)  # every task's locked figure is of these seeds' runs
