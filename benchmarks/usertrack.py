@@ -14,8 +14,8 @@ The score of each is the task's own (exact label after light normalisation, slot
 Splits. Every task has a train and a validation split (the run sees only those), a **dev test** split on which every
 decision is made, and a **locked test** split scored only by `locked`, when an issue is closed; a locked row says
 whether it was the first look. `clinc-home`, `clinc-auto`, `clinc-meta`, `clinc-travel`, `clinc-utility`,
-`clinc-smalltalk8`, `hwu-qa`, `hwu-transport` and `hwu-leisure` are locked-only tasks: nothing was ever decided on
-them, so `run` does not score their dev test either.
+`clinc-smalltalk8`, `hwu-qa`, `hwu-transport`, `hwu-leisure` and `hwu-daily` are locked-only tasks: nothing was ever
+decided on them, so `run` does not score their dev test either.
 
 Usage:
   python benchmarks/usertrack.py baselines --tasks clinc-banking ...  # trivial / seed / expert / empty, dev test

@@ -147,7 +147,8 @@ def test_snips_says_when_the_reply_was_cut_off():
 
 
 @pytest.mark.skipif(not (default_data_dir() / "hwu64").is_dir(), reason="no hwu64 data here")
-@pytest.mark.parametrize("name, n_test", [("hwu-iot", 120), ("hwu-email", 120), ("hwu-qa", 120), ("hwu-leisure", 80)])
+@pytest.mark.parametrize("name, n_test", [("hwu-iot", 120), ("hwu-email", 120), ("hwu-qa", 120), ("hwu-leisure", 80),
+                                                   ("hwu-daily", 80)])
 def test_hwu_tasks_split_the_folds_without_overlap_and_score_degenerate_outputs_zero(name, n_test):
     dev, locked = load_task(name), load_task(name, test_split="locked")
     assert (len(dev.trainset), len(dev.valset), len(dev.testset), len(locked.testset)) == (24, 40, n_test, 240)

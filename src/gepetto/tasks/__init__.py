@@ -37,6 +37,7 @@ TASKS: dict[str, str] = {
     "hwu-qa": "gepetto.tasks.hwu64",  # locked-only: scored once, on the locked test split
     "hwu-transport": "gepetto.tasks.hwu64",
     "hwu-leisure": "gepetto.tasks.hwu64",  # locked-only, named before any run: three scenarios never run here
+    "hwu-daily": "gepetto.tasks.hwu64",  # locked-only, named before any run: five small scenarios never run here
     "snips-restaurant": "gepetto.tasks.slots",
     "snips-weather": "gepetto.tasks.slots",
     "snips-routed": "gepetto.tasks.snips_routed",  # two steps: a router (intent), then the intent's slots
@@ -64,6 +65,7 @@ _VARIANTS: dict[str, dict[str, Any]] = {
                          "n_test": 80},
     **{f"hwu-{s}": {"scenario": s} for s in ("iot", "general", "play", "email", "qa", "transport")},
     "hwu-leisure": {"scenario": "leisure", "n_test": 80},  # music, recommendation, takeaway: 8 intents, a user's size
+    "hwu-daily": {"scenario": "daily", "n_test": 80},  # cooking, datetime, news, social, weather: 7 intents
     "snips-restaurant": {"intent": "BookRestaurant"},
     "snips-weather": {"intent": "GetWeather"},
 }

@@ -15,7 +15,8 @@ default sizes (24 / 40 / 120, locked 240) are those of a new user's few dozen ex
 `hwu-qa` and `hwu-transport` are **locked-only**: named before any run, nothing is ever decided on them; they are
 scored once, on their locked split, when an issue closes (`benchmarks/usertrack.py`). So is `hwu-leisure`, a family
 of three small scenarios taken together (music, recommendation, takeaway: 8 intents, 24 / 40 / 80), added later as
-a family nobody here had run.
+a family nobody here had run, and so is `hwu-daily` (cooking, datetime, news, social, weather: 7 intents, 24 / 40 / 80),
+named after leisure had been run.
 
 Two candidates per scenario: the plain seed (the task, the intent names, the answer format) and an expert prompt
 written by hand from the intent names and HWU64's scenario descriptions before any run, one definition line per
@@ -38,7 +39,7 @@ from gepetto.types import Candidate, Example
 
 FOLDER = "hwu64"
 FOLDS = {"train": (1,), "val": (2,), "dev": (3, 4), "locked": (5, 6, 7, 8, 9, 10)}
-LOCKED_ONLY = ("qa", "transport", "leisure")  # scored on their locked split only (named before any run)
+LOCKED_ONLY = ("qa", "transport", "leisure", "daily")  # scored on their locked split only (named before any run)
 
 # Hand-written definitions, one line per intent: written from the intent names before any run, never tuned.
 DEFINITIONS: dict[str, dict[str, str]] = {
@@ -121,6 +122,18 @@ DEFINITIONS: dict[str, dict[str, str]] = {
         "takeaway_order": "wants food ordered for delivery or to take away",
         "takeaway_query": "asks about a takeaway order or place (its status, whether it delivers, what it serves)",
     },
+    # (a second unseen family, written before any run: five one- and two-intent scenarios taken together)
+    "cooking": {"cooking_recipe": "asks how to cook or make a dish, or for a recipe"},
+    "datetime": {
+        "datetime_convert": "wants a time or date converted (to another time zone or another format)",
+        "datetime_query": "asks what time or date it is, or the date of a day",
+    },
+    "news": {"news_query": "asks for the news, or the latest news on a topic"},
+    "social": {
+        "social_post": "wants something posted on social media, or a complaint sent to a company there",
+        "social_query": "asks what is new on social media (their friends' posts, updates)",
+    },
+    "weather": {"weather_query": "asks about the weather or the forecast"},
     "transport": {
         "transport_query": "asks about trains or other public transport (times, routes, delays)",
         "transport_taxi": "wants a taxi or a ride booked",
@@ -132,7 +145,8 @@ DEFINITIONS: dict[str, dict[str, str]] = {
 
 # Tasks that take several small scenarios together: eight intents whose names share words across scenarios
 # (`music_query`, `takeaway_query`), the size of a user's family
-FAMILIES: dict[str, tuple[str, ...]] = {"leisure": ("music", "recommendation", "takeaway")}
+FAMILIES: dict[str, tuple[str, ...]] = {"leisure": ("music", "recommendation", "takeaway"),
+                                        "daily": ("cooking", "datetime", "news", "social", "weather")}
 
 
 def _definitions(scenario: str) -> dict[str, str]:
