@@ -85,3 +85,23 @@ def test_no_test_examples_and_no_answer_are_clear_errors(tmp_path, caplog):
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
     with pytest.raises(gepetto.ConfigError, match="no run named 'nope'"):
         gepetto.evaluate_run("nope", storage=storage)
+
+
+def test_an_lm_object_given_for_a_named_run_answers_behind_the_run_s_response_cache(tmp_path):
+    """`task_lm=` an object (the demo passes the one its run used) is cached as the run's LM is: scoring again asks
+    it nothing."""
+    storage = tmp_path / "s.sqlite"
+    cfg = load_config(task="sim", task_lm="sim:task", reflection_lm="sim:reflection", budget=40)
+    start_or_resume(cfg, storage=storage, run="r")
+
+    class Counting(sim.SimTaskLM):
+        calls = 0
+
+        async def complete(self, messages, **params):
+            Counting.calls += 1
+            return await super().complete(messages, **params)
+
+    first = gepetto.evaluate_run("r", storage=storage, task_lm=Counting())
+    asked = Counting.calls
+    again = gepetto.evaluate_run("r", storage=storage, task_lm=Counting())
+    assert asked > 0 and Counting.calls == asked and again.best.mean == first.best.mean

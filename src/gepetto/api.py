@@ -488,8 +488,8 @@ def evaluate_run(
 
     The task is loaded as `gepetto optimize` loads it (a built-in task, or `file.py:make_task` with the run's task
     options); for a run started here in Python give `task=` (a gepetto.Task with a testset), or `examples=` and
-    `metric=` (and `program=`). The task LM is the run's (its name, behind the run's response cache), or
-    `task_lm=`. A program or metric error scores 0.
+    `metric=` (and `program=`). The task LM is the run's (built from its name), or `task_lm=`; either behind the
+    run's response cache, as the run had it. A program or metric error scores 0.
 
     Args:
         run: The stored run's name.
@@ -500,7 +500,7 @@ def evaluate_run(
         examples: Examples to score on instead of the task's split (with `metric=`).
         metric: The metric for `examples=`.
         program: The program for `examples=` (default: the run's one instruction as the system prompt).
-        task_lm: The task LM (default: the run's, behind its response cache).
+        task_lm: The task LM, a name or an LM object (default: the run's); behind the run's response cache.
         max_concurrency: Rollouts at once (default: the run's).
 
     Returns:

@@ -127,15 +127,17 @@ def _split_examples(task: Task, split: str) -> list[Example]:
 
 
 def _task_lm(cfg: RunConfig, storage: str | Path, given: LM | str | None) -> tuple[LM, str]:
-    """The LM to score with (and its name): the one given, else the run's task LM behind its response cache."""
+    """The LM to score with (and its name): the one given (an object, or a name), else the run's task LM; behind
+    the run's response cache, as the run had it."""
     if given is not None and not isinstance(given, str):
-        return given, f"{PYTHON}{getattr(given, 'name', type(given).__name__)}"
-    name = given or cfg.task_lm
-    if name.startswith(PYTHON):
-        raise ConfigError(f"the run's task LM is an object given in Python ({name}): pass task_lm=")
-    from gepetto.lm.names import make_lm
+        lm, name = given, f"{PYTHON}{getattr(given, 'name', type(given).__name__)}"
+    else:
+        name = given or cfg.task_lm
+        if name.startswith(PYTHON):
+            raise ConfigError(f"the run's task LM is an object given in Python ({name}): pass task_lm=")
+        from gepetto.lm.names import make_lm
 
-    lm = make_lm(name)
+        lm = make_lm(name)
     if cfg.cache != "off":
         from gepetto.lm.cache import CachedLM
 
