@@ -417,29 +417,6 @@ def test_the_demo_runs_sixteen_rollouts_at_once_and_its_default_task_lm_decodes_
     assert make_lm(default).parallel == 16  # the embedded task LM decodes as many together
 
 
-def test_the_demo_scores_its_held_out_test_with_the_task_lm_its_run_used(tmp_path, monkeypatch):
-    """One task LM serves the run and the held-out test after it: an embedded model is loaded once, and the
-    prompts it still holds in its cache are not read again."""
-    from gepetto.lm.names import BACKENDS, Backend, register_backend
-
-    built: list[_SlowOrderLM] = []
-
-    def make(name):
-        built.append(_SlowOrderLM(name.model))
-        return built[-1]
-
-    monkeypatch.chdir(tmp_path)
-    register_backend("slow", Backend(make, "slow:MODEL", {}))
-    try:
-        res = CliRunner().invoke(app, ["demo", "--task-lm", "slow:task", "--reflection-lm", "slow:reflection",
-                                       "--budget", "30", "--storage", "d.sqlite"], env={"COLUMNS": "400"})
-    finally:
-        BACKENDS.pop("slow")
-    assert res.exit_code == 0, res.output
-    assert "test: seed" in res.output
-    assert [lm.name for lm in built].count("slow:task") == 1
-
-
 def test_a_demo_cut_by_its_time_limit_says_so_and_its_resume_finishes_it(tmp_path, monkeypatch):
     """A demo that runs out of time says it did (half a run), and the command it prints resumes it to the end of its
     budget (given room here: the time limit counts again from the resume, and this test must not depend on how

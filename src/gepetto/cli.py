@@ -847,12 +847,9 @@ def demo(
                           time_limit=time_limit, cache=cache, max_concurrency=DEMO_ROLLOUTS_AT_ONCE)
     except ConfigError as exc:
         raise _fail(str(exc), 2) from None
-    from gepetto.lm.names import make_lm
-
-    lm = make_lm(cfg.task_lm)  # one loaded model for the run and the held-out test after it
     started = time.monotonic()
     with _errors(debug, "the demo failed: "), ProgressDisplay(quiet=quiet, verbose=verbose) as progress:
-        name, result = start_or_resume(cfg, storage=storage, callbacks=progress, task_lm=lm)
+        name, result = start_or_resume(cfg, storage=storage, callbacks=progress)
     _report_result(name, result, started)
     if result.stop_reason == StopReason.TIME_LIMIT:  # half a run: say so, and how to finish it
         console.print(f"[yellow]the demo stopped at its time limit ({time_limit:.0f} s) after {result.rollouts_used} "
@@ -865,7 +862,7 @@ def demo(
 
         console.print(f"scoring seed and best on {len(task.testset)} held-out test examples ...")
         with _errors(debug):
-            scores = evaluate_run(name, storage=storage, task_lm=lm)
+            scores = evaluate_run(name, storage=storage)
         seed_test = scores.seed.mean if scores.seed is not None else float("nan")
         best_test = scores.best.mean if scores.best is not None else seed_test
         console.print(f"[bold]test[/bold]: seed {seed_test:.3f} -> best {best_test:.3f}")

@@ -453,18 +453,16 @@ def start_or_resume(
     explicit: set[str] | None = None,
     tracking: str | Tracker | None = None,
     preset: str | None = None,
-    task_lm: LM | None = None,
 ) -> tuple[str, Result]:
     """Run `cfg` (a built-in task or a task target) under the name `run` in the store; resume it if it exists.
 
     On resume the stored configuration wins; options in `explicit` (given by the user this time) may change
     only if they are in RESUMABLE_CHANGES, otherwise a ConfigError says which differ. `tracking` (default: the
-    config's): "mlflow" (or a tracker object) logs the run there too (gepetto.tracking). `preset` and `task_lm`
-    (the LM object that the config's task LM name stands for, built by the caller): see `open_run`.
+    config's): "mlflow" (or a tracker object) logs the run there too (gepetto.tracking). `preset`: see `open_run`.
     """
     tracker = make_tracker(tracking if tracking is not None else cfg.tracking)
     stored = open_run(cfg, storage=storage, run=run, explicit=explicit, callbacks=with_tracker(callbacks, tracker),
-                      stop_file=stop_file, preset=preset, task_lm=task_lm)
+                      stop_file=stop_file, preset=preset)
     with tracked(tracker, **stored.tracking_info()):
         return stored.name, stored.run()
 
