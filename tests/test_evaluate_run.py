@@ -88,8 +88,8 @@ def test_no_test_examples_and_no_answer_are_clear_errors(tmp_path, caplog):
 
 
 def test_an_lm_object_given_for_a_named_run_answers_behind_the_run_s_response_cache(tmp_path):
-    """`task_lm=` an object (the demo passes the one its run used) is cached as the run's LM is: scoring again asks
-    it nothing."""
+    """`task_lm=` an object is put behind the run's response cache, as the run's own LM is: scoring again asks it
+    nothing."""
     storage = tmp_path / "s.sqlite"
     cfg = load_config(task="sim", task_lm="sim:task", reflection_lm="sim:reflection", budget=40)
     start_or_resume(cfg, storage=storage, run="r")

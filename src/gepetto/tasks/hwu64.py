@@ -143,7 +143,7 @@ DEFINITIONS: dict[str, dict[str, str]] = {
 }
 
 
-# Tasks that take several small scenarios together: eight intents whose names share words across scenarios
+# Tasks that take several small scenarios together: 7-8 intents, some of whose names share words across scenarios
 # (`music_query`, `takeaway_query`), the size of a user's family
 FAMILIES: dict[str, tuple[str, ...]] = {"leisure": ("music", "recommendation", "takeaway"),
                                         "daily": ("cooking", "datetime", "news", "social", "weather")}
