@@ -33,6 +33,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from realtrack import read_log
+
 from gepetto.store.snapshot import run_snapshot
 from gepetto.store.sqlite import RunStore
 
@@ -147,9 +149,7 @@ def _append(path: Path, row: dict[str, Any]) -> None:
 
 
 def table(path: Path) -> None:
-    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    rows = [r for r in rows if r.get("kind") != "track"]
+    rows = [r for r in read_log(path) if r.get("kind") != "track"]
     print("| label | seed | busy | wall s | CPU s | rollouts | stop | test seed -> best | task: prompt (cached) + "
           "completion tokens | reflection: prompt (cached) + completion tokens |")
     print("|---|---:|---:|---:|---:|---:|---|---|---|---|")

@@ -132,9 +132,16 @@ def _variant(row: dict[str, Any]) -> str:
             + "".join(f" +{k}={v}" for k, v in sorted(row.get("options", {}).items())))
 
 
-def table(log: Path) -> str:
+def read_log(log: Path) -> list[dict[str, Any]]:
+    """The rows of a log (JSON lines, gzipped when its name ends in .gz); none if there is no log yet."""
+    if not log.is_file():
+        return []
     text = gzip.decompress(log.read_bytes()).decode() if log.suffix == ".gz" else log.read_text()
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def table(log: Path) -> str:
+    rows = read_log(log)
     experts: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["kind"] == "headroom":

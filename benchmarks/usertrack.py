@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from realtrack import _option  # (--set KEY=VALUE, as realtrack.py reads it)
+from realtrack import _option, read_log  # (--set KEY=VALUE, as realtrack.py reads it; its log reader)
 from user_metrics import user_metric
 
 import gepetto
@@ -272,14 +272,6 @@ def stored_prompts() -> list[dict[str, Any]]:
                          "run": f"efficiency_clinc gepetto-fewshot-default s{r['seed']}",
                          "dev_test": float(r["test_score"])})
     return rows
-
-
-def read_log(log: Path) -> list[dict[str, Any]]:
-    """The rows of the log (JSON lines, gzipped when its name ends in .gz); none if there is no log yet."""
-    if not log.is_file():
-        return []
-    text = gzip.decompress(log.read_bytes()).decode() if log.suffix == ".gz" else log.read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def locked(name: str, storage: Path, log: Path, label: str = "") -> list[dict[str, Any]]:
